@@ -190,7 +190,8 @@ class Model:
     def is_eog(self, token: int) -> bool:
         return bool(_llama().llama_vocab_is_eog(self.vocab, token))
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
         ll = _llama()
         raw = text.encode("utf-8")
         cap = len(raw) + 8
@@ -262,23 +263,49 @@ class Model:
 
 
 class Target(Model):
-    """The target model with its committed sequence and the tree verify of §2.2."""
+    """The target model with its committed sequence and the tree verify of §2.2.
+
+    KV layout. llama.cpp refills freed cells from the lowest one, and flash attention sums over
+    cells in buffer order, so keeping a tree's accepted cells (scattered among rejected ones in
+    the depth-first layout) lets later tokens land in cells before earlier positions: the rows
+    still agree with plain decode in argmax, not bit for bit. Fast mode accepts that (it keeps the
+    path's cells: no extra work). Exact mode keeps sequence 0 contiguous and in position order:
+    it drops every tree cell after the verify and decodes the accepted tokens again at the head of
+    the next verify's batch (rows without logits, in sequence 0 and every leaf sequence), so each
+    token's KV is written once, in order. Those rows cost time, which is one reason exact mode is
+    for correctness checks and fast mode for measurement (HARNESS "Kernels").
+    """
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, threads: int | None = None):
         super().__init__(path, n_ctx, exact=exact, threads=threads, n_seq_max=64)
         self.max_rows = MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
         self.committed: list[int] = []
-        self._pending: tuple[Tree, list[list[int]]] | None = None
+        self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)
+        self.last_path: list[int] = []
+        self._pending: tuple[Tree, list[list[int]], int] | None = None
 
     @property
     def n_past(self) -> int:
-        """Cells of sequence 0: every committed token but the anchor."""
+        """Position of the anchor: every committed token but the last."""
         return max(0, len(self.committed) - 1)
 
     def reset(self) -> None:
         _llama().llama_memory_clear(self.mem, True)
         self.committed = []
+        self.n_kv = 0
         self._pending = None
+
+    def _decode_seq0(self, tokens: list[int], start: int) -> float:
+        """Decode ``tokens`` into sequence 0 from position ``start``, in batches of at most
+        ``n_batch`` rows (exact mode: at most 63, the widest batch on the exact path)."""
+        step = MAX_ROWS_EXACT if self.exact else self.n_batch
+        spent = 0.0
+        for off in range(0, len(tokens), step):
+            chunk = tokens[off : off + step]
+            pos = range(start + off, start + off + len(chunk))
+            self._fill(chunk, pos, [[0]] * len(chunk), [False] * len(chunk))
+            spent += self._decode()
+        return spent
 
     def prefill(self, tokens: list[int]) -> float:
         """Commit ``tokens``; decode all but the last (the anchor). Reuses the longest common
@@ -291,24 +318,27 @@ class Target(Model):
             )
         if self._pending is not None:
             self.discard()
-        ll = _llama()
         keep = 0
-        for a, b in zip(self.committed[: self.n_past], tokens[:-1], strict=False):
+        for a, b in zip(self.committed[: self.n_kv], tokens[:-1], strict=False):
             if a != b:
                 break
             keep += 1
-        ll.llama_memory_seq_rm(self.mem, 0, keep, -1)
-        todo = tokens[keep:-1]
-        spent = 0.0
-        for start in range(0, len(todo), self.n_batch):
-            chunk = todo[start : start + self.n_batch]
-            pos = range(keep + start, keep + start + len(chunk))
-            self._fill(chunk, pos, [[0]] * len(chunk), [False] * len(chunk))
-            spent += self._decode()
+        _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
+        spent = self._decode_seq0(tokens[keep:-1], keep)
         self.committed = list(tokens)
+        self.n_kv = len(tokens) - 1
         return spent
 
-    def verify(self, tree: Tree, *, want_gaps: bool = False, want_logits: bool = False) -> VerifyResult:
+    def flush(self) -> None:
+        """Decode committed tokens not yet in the cache (exact mode's re-decoded path), so that
+        sequence 0 holds every committed token but the anchor."""
+        if self._pending is not None:
+            raise EngineError("a verify is pending: commit() or discard() it first")
+        self._decode_seq0(self.committed[self.n_kv : -1], self.n_kv)
+        self.n_kv = self.n_past
+
+    def verify(self, tree: Tree, *, want_gaps: bool = False,
+               want_logits: bool = False) -> VerifyResult:
         """One forward over every row of ``tree``; the state stays pending until
         :meth:`commit` or :meth:`discard`."""
         if self._pending is not None:
@@ -327,8 +357,12 @@ class Target(Model):
         depths = tree.depths()
         if P + max(depths) >= self.n_ctx:
             raise EngineError(f"context full: {P} + {max(depths) + 1} rows > n_ctx {self.n_ctx}")
+        if self.n_kv + tree.n_rows > P + self.max_rows:
+            self.flush()  # backlog and tree together would leave the exact path's widths
+        backlog = self.committed[self.n_kv : -1]
         if tree.n_rows == 1:
             seqs: list[list[int]] = [[0]]
+            shared = [0]
         else:
             leaves = tree.leaves()
             seqs = [[] for _ in range(tree.n_rows)]
@@ -338,8 +372,14 @@ class Target(Model):
                     seqs[r].append(k)
                     r = tree.parents[r]
                 ll.llama_memory_seq_cp(self.mem, 0, k, -1, -1)
-        self._fill(tree.tokens, [P + d for d in depths], seqs, [True] * tree.n_rows)
-        self._pending = (tree, seqs)
+            shared = [0, *range(1, len(leaves) + 1)]
+        self._fill(
+            backlog + list(tree.tokens),
+            [*range(self.n_kv, P), *(P + d for d in depths)],
+            [shared] * len(backlog) + seqs,
+            [False] * len(backlog) + [True] * tree.n_rows,
+        )
+        self._pending = (tree, seqs, len(backlog))
         try:
             dt = self._decode()
         except EngineError:
@@ -358,11 +398,8 @@ class Target(Model):
         if self._pending is None:
             return
         ll = _llama()
-        tree, _ = self._pending
-        if tree.n_rows == 1:
-            ll.llama_memory_seq_rm(self.mem, 0, self.n_past, -1)
-        else:
-            ll.llama_memory_seq_keep(self.mem, 0)
+        ll.llama_memory_seq_keep(self.mem, 0)
+        ll.llama_memory_seq_rm(self.mem, 0, self.n_kv, -1)
         self._pending = None
 
     def commit(self, result: VerifyResult) -> list[int]:
@@ -371,13 +408,18 @@ class Target(Model):
         if self._pending is None:
             raise EngineError("nothing to commit: verify() a tree first")
         ll = _llama()
-        tree, seqs = self._pending
+        tree, seqs, _ = self._pending
         path = accepted_path(tree, result.argmax)
         P = self.n_past
-        if tree.n_rows > 1:
-            leaf_seq = seqs[path[-1]][0]
-            ll.llama_memory_seq_cp(self.mem, leaf_seq, 0, P, P + len(path))
+        if tree.n_rows == 1:
+            self.n_kv = P + 1
+        elif self.exact:
+            ll.llama_memory_seq_keep(self.mem, 0)  # backlog rows stay, tree cells go
+            self.n_kv = P
+        else:
+            ll.llama_memory_seq_cp(self.mem, seqs[path[-1]][0], 0, P, P + len(path))
             ll.llama_memory_seq_keep(self.mem, 0)
+            self.n_kv = P + len(path)
         self._pending = None
         new = [tree.tokens[r] for r in path[1:]] + [int(result.argmax[path[-1]])]
         self.committed.extend(new)

@@ -220,3 +220,38 @@ def check_all(keys: list[str] | None = None) -> dict[str, dict[str, Any]]:
         digest = check_file(entries[key], path)
         out[key] = {"path": str(path), "bytes": path.stat().st_size, "sha256": digest}
     return out
+
+
+def verified_path(key: str) -> Path:
+    """The checked path of manifest model ``key``. A full sha256 is computed once per file
+    version; a stamp beside the file (size, mtime, hash) lets later calls skip rehashing."""
+    entry = load_manifest()[key] if key in load_manifest() else None
+    path = model_path(key)
+    assert entry is not None
+    stamp = path.with_name(path.name + ".verified")
+    if path.is_file() and stamp.is_file():
+        st = path.stat()
+        try:
+            rec = json.loads(stamp.read_text())
+        except ValueError:
+            rec = {}
+        if (rec.get("bytes"), rec.get("mtime_ns"), rec.get("sha256")) == (
+            st.st_size, st.st_mtime_ns, entry.sha256
+        ):
+            return path
+    digest = check_file(entry, path)
+    st = path.stat()
+    stamp.write_text(json.dumps({"bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                 "sha256": digest}))
+    return path
+
+
+def resolve(model_cfg: Any) -> tuple[Path, str | None]:
+    """Path and manifest sha256 of a ``target``/``drafter`` config: its ``path`` when set
+    (a user's own GGUF, hash recorded but not checked), else its manifest ``model``."""
+    if model_cfg.get("path"):
+        p = Path(str(model_cfg.path)).expanduser()
+        if not p.is_file():
+            raise ModelFileError(f"model file {p} (from the config's path=) does not exist")
+        return p, None
+    return verified_path(str(model_cfg.model)), load_manifest()[str(model_cfg.model)].sha256

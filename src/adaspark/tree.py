@@ -1,4 +1,4 @@
-"""Verify trees: validation, best-first order (§3.1, Prop. 1), depth-first layout, greedy acceptance.
+"""Verify trees: validation, best-first order (§3.1, Prop. 1), depth-first layout, acceptance.
 
 A verify tree has ``n`` rows: row 0 is the anchor (the last committed token, whose KV is not yet in
 the cache) and rows 1..n-1 are candidates, each with the row index of its parent. Under greedy

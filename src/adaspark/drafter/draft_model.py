@@ -1,0 +1,111 @@
+"""A same-vocabulary small model as a block drafter (HARNESS "The parts": the drafter row).
+
+It runs B greedy steps of the small model after the anchor, one forward per position, and keeps the
+top-K of each step's softmax: the pick (its argmax) and K-1 siblings with their probabilities. Its
+confidence for a position is its probability of the pick; the pick's share is that probability
+over the top-K mass (§3.3). The small model's own KV cache is kept in step with what the target
+committed: before drafting it drops the cells past the longest common prefix of its cached tokens
+and the committed ones, then decodes the committed tokens it has not seen (catching up after rounds
+it did not draft, inside this round's fixed cost D).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from adaspark.drafter.base import Block, Drafter, register_drafter
+from adaspark.engine import EngineError, Model, _llama
+
+
+def top_k_softmax(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` ids by logit (descending, ties to the lower id) and their softmax probabilities
+    over the full vocabulary."""
+    idx = np.argpartition(-logits, k - 1)[:k]
+    idx = idx[np.lexsort((idx, -logits[idx]))]
+    m = float(logits.max())
+    z = float(np.exp(logits.astype(np.float64) - m).sum())
+    probs = np.exp(logits[idx].astype(np.float64) - m) / z
+    return idx.astype(np.int64), probs
+
+
+@register_drafter("draft-model")
+class DraftModelDrafter(Drafter):
+    """B greedy steps of a small GGUF with the target's vocabulary."""
+
+    def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, top_k: int = 8,
+                 threads: int | None = None, target_vocab: list[bytes] | None = None) -> None:
+        self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=1)
+        self.top_k = top_k
+        if target_vocab is not None:
+            check_same_vocab(target_vocab, self.model.token_texts(), str(path))
+        self.cached: list[int] = []  # tokens whose KV is in the drafter's sequence 0
+
+    def close(self) -> None:
+        self.model.close()
+
+    def begin(self, prompt: list[int]) -> None:
+        # Nothing to reset: the common-prefix sync in draft() reuses whatever still matches.
+        pass
+
+    def _sync(self, committed: list[int]) -> np.ndarray:
+        """Bring the KV to ``committed`` and return the logits after its last token."""
+        m = self.model
+        ll = _llama()
+        keep = 0
+        for a, b in zip(self.cached, committed[:-1], strict=False):
+            if a != b:
+                break
+            keep += 1
+        ll.llama_memory_seq_rm(m.mem, 0, keep, -1)
+        self.cached = self.cached[:keep]
+        todo = committed[keep:]
+        for start in range(0, len(todo), m.n_batch):
+            chunk = todo[start : start + m.n_batch]
+            last = start + len(chunk) == len(todo)
+            pos = range(keep + start, keep + start + len(chunk))
+            m._fill(chunk, pos, [[0]] * len(chunk), [last and i == len(chunk) - 1
+                                                     for i in range(len(chunk))])
+            m._decode()
+        self.cached = list(committed)
+        return m.logits(1)[0]
+
+    def _step(self, token: int) -> np.ndarray:
+        m = self.model
+        m._fill([token], [len(self.cached)], [[0]], [True])
+        m._decode()
+        self.cached.append(token)
+        return m.logits(1)[0]
+
+    def draft(self, committed: list[int], n_positions: int) -> Block:
+        if len(committed) + n_positions >= self.model.n_ctx:
+            raise EngineError(f"drafter context of {self.model.n_ctx} tokens is full")
+        t0 = time.perf_counter()
+        K = self.top_k
+        toks = np.zeros((n_positions, K), dtype=np.int64)
+        probs = np.zeros((n_positions, K))
+        logits = self._sync(committed)
+        for i in range(n_positions):
+            toks[i], probs[i] = top_k_softmax(logits, K)
+            if i + 1 < n_positions:
+                logits = self._step(int(toks[i, 0]))
+        return Block(toks, probs, probs[:, 0].copy(), draft_s=time.perf_counter() - t0)
+
+
+def check_same_vocab(target: list[bytes], drafter: list[bytes], drafter_name: str) -> None:
+    """Refuse a drafter whose token list differs from the target's, naming the first
+    differing id."""
+    for i, (a, b) in enumerate(zip(target, drafter, strict=False)):
+        if a != b:
+            raise EngineError(
+                f"drafter {drafter_name} does not share the target's vocabulary: token {i} is "
+                f"{b!r} in the drafter and {a!r} in the target. Use a drafter built on the same "
+                "tokenizer."
+            )
+    if len(target) != len(drafter):
+        raise EngineError(
+            f"drafter {drafter_name} has {len(drafter)} tokens, the target {len(target)}: the "
+            f"first differing id is {min(len(target), len(drafter))}"
+        )

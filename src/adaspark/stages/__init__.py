@@ -1,0 +1,1 @@
+"""Pipeline stage entry points: one module per DVC stage, each with ``main(argv)``."""

@@ -1,0 +1,773 @@
+"""Statistics over per-reply rows: decode speed, arm comparisons, bootstrap intervals (§4.1).
+
+Every speed result of the paper rests on three quantities, all computed here from a pandas
+DataFrame with one row per timed reply of one run of one arm:
+
+* the client-clock decode speed of a reply, ``(completion tokens - 1) / (t_last - t_first)``
+  (HARNESS "Client clock"; §4.1: generated tokens over the time from the first to the last
+  streamed token);
+* a comparison of two arms: the geometric mean over replies of the per-reply ratio of their decode
+  speeds, with a 95% percentile bootstrap interval over conversations, 2,000 resamples
+  (§4.1, Tables 3-6, 8 and 9);
+* an arm's aggregate decode tok/s: generated tokens over decode time, summed over replies
+  (Table 4, left; Table 6, first row).
+
+Exclusions follow §4.1, the Table 4 caption and HARNESS "Caps and loops": a reply that reached
+the protocol cap ("looped") in either arm of a comparison is left out of it and counted; a reply
+streamed as one token event ("single-delta") has no decode interval and is left out and counted;
+a reply cut by a shorter run cap ("cut") stays in and is counted. An arm that ran twice (AdaSpark's
+two runs, §3.4 and §4.1) has, on each reply, the mean of its runs' speeds.
+
+Per-reply row columns (at least): ``arm``, ``repeat`` (int), ``set`` (the source),
+``conversation``, ``turn``, ``reply`` (0, or 1 for the answer after a tool result), ``status``
+(``finished``, ``cut``, ``looped`` or ``single-delta``), ``decode_tps``, ``completion_tokens``,
+``prompt_tokens``. A reply is identified by ``(set, conversation, turn, reply)``; a conversation,
+the bootstrap's unit, by ``(set, conversation)``.
+
+Arm selectors: ``"adaspark"`` selects every run of the arm (rows whose ``arm`` is ``adaspark``,
+or, when there are none, rows named ``adaspark@1``, ``adaspark@2``, ... as the ``preset=paper``
+config names the two repeats, each suffix taken as the repeat); ``"adaspark@2"`` selects one run
+(rows named so, or rows of arm ``adaspark`` with ``repeat == 2``), as Table 3's "again" column
+(second run over first) needs.
+
+Choices the paper leaves open, made here and named by parameters:
+
+* the band of a reply in a comparison uses the mean of the two arms' contexts (each the prompt
+  plus half the reply, Table 3; mean over an arm's runs) unless ``context_arm`` names the arm
+  whose context defines it (Table 3's band counts are AdaSpark's, the same for every column);
+* across an arm's runs a reply's status is the worst of its runs (looped, then single-delta,
+  then cut, then finished), so a reply that looped in one of AdaSpark's two runs looped in the arm;
+* a reply that exists in only one arm of a comparison (a tool turn answered without a call in one
+  arm has no second reply there) is left out and counted as ``n_unpaired``;
+* the aggregate tok/s counts the decode tokens of the per-reply formula, ``completion_tokens - 1``
+  per reply, over the decode time ``(completion_tokens - 1) / decode_tps``, so that on one run it
+  equals summed decode tokens over summed client-clock decode intervals;
+* percentiles of the bootstrap distribution are taken on the log-ratio scale (linear
+  interpolation, NumPy's default) and mapped back with ``exp``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Hashable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, overload
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "BAND_COLUMN",
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_N_RESAMPLES",
+    "DEFAULT_SEED",
+    "KEY_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "STATUSES",
+    "ArmThroughput",
+    "Comparison",
+    "StatsInputError",
+    "arm_speeds",
+    "arm_throughput",
+    "bootstrap_geomean",
+    "compare",
+    "compare_reply_level",
+    "comparisons_frame",
+    "context_band",
+    "count_looped",
+    "decode_tps",
+]
+
+#: Columns identifying one timed reply across arms and runs.
+KEY_COLUMNS: tuple[str, ...] = ("set", "conversation", "turn", "reply")
+#: Columns identifying one conversation, the unit the bootstrap resamples (§4.1).
+CONVERSATION_COLUMNS: tuple[str, ...] = ("set", "conversation")
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "arm",
+    "repeat",
+    *KEY_COLUMNS,
+    "status",
+    "decode_tps",
+    "completion_tokens",
+    "prompt_tokens",
+)
+FINISHED, CUT, LOOPED, SINGLE_DELTA = "finished", "cut", "looped", "single-delta"
+STATUSES: tuple[str, ...] = (FINISHED, CUT, LOOPED, SINGLE_DELTA)
+# Worst status wins when an arm's runs disagree on a reply.
+_STATUS_RANK = {FINISHED: 0, CUT: 1, SINGLE_DELTA: 2, LOOPED: 3}
+_RANK_STATUS = {rank: status for status, rank in _STATUS_RANK.items()}
+
+#: Resamples of the percentile bootstrap (§4.1).
+DEFAULT_N_RESAMPLES = 2000
+#: Two-sided coverage of the interval (§4.1: 95%).
+DEFAULT_CONFIDENCE = 0.95
+#: Fixed seed of the bootstrap when the caller gives none; recorded in every result.
+DEFAULT_SEED = 20240601
+#: Context (tokens) separating Table 3's and Table 9's two bands.
+DEFAULT_CONTEXT_SPLIT_TOKENS = 2048
+#: Pseudo-column accepted by ``by=`` for the context band (Tables 3 and 9).
+BAND_COLUMN = "context_band"
+
+_SELECTOR_RE = re.compile(r"^(?P<base>.+)@(?P<repeat>\d+)$")
+# Bound on the size (elements) of one block of bootstrap draws, to bound memory.
+_MAX_DRAW_ELEMENTS = 4_000_000
+
+
+class StatsInputError(ValueError):
+    """Bad input to a statistics function: the message says what and where."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Arm A over arm B: geometric mean of per-reply decode-speed ratios, with its interval.
+
+    ``ratio`` is ``exp(mean(log(speed_a / speed_b)))`` over the replies kept; ``lo`` and ``hi``
+    bound the percentile bootstrap interval at ``confidence`` (§4.1). ``group`` is the label of
+    the group (a source, a context band) or ``None`` for all replies. With no reply left in a
+    group, ``ratio``, ``lo`` and ``hi`` are NaN (a dash in a table).
+    """
+
+    arm_a: str
+    arm_b: str
+    ratio: float
+    lo: float
+    hi: float
+    n_replies: int
+    n_conversations: int
+    n_looped_excluded: int
+    n_single_delta_excluded: int
+    n_cut: int
+    seed: int
+    n_resamples: int
+    n_unpaired: int = 0
+    confidence: float = DEFAULT_CONFIDENCE
+    resample_unit: Literal["conversation", "reply"] = "conversation"
+    group: Hashable | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain mapping, for a record or a table row."""
+        return asdict(self)
+
+    def format(self, digits: int = 2) -> str:
+        """The paper's cell form, e.g. ``1.87× [1.80, 1.95]`` (Tables 4-6); ``–`` when empty."""
+        if not math.isfinite(self.ratio):
+            return "–"
+        return f"{self.ratio:.{digits}f}× [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
+
+@dataclass(frozen=True)
+class ArmThroughput:
+    """An arm's aggregate decode speed (Table 4, left): decode tokens over decode time, summed.
+
+    ``tokens_per_s`` is ``decode_tokens / decode_s``; NaN when no reply is left (a dash).
+    Only the arm's own looped replies and its single-delta replies are left out; cut replies
+    stay in.
+    """
+
+    arm: str
+    tokens_per_s: float
+    decode_tokens: float
+    decode_s: float
+    n_replies: int
+    n_looped_excluded: int
+    n_single_delta_excluded: int
+    n_cut: int
+    group: Hashable | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain mapping, for a record or a table row."""
+        return asdict(self)
+
+
+def comparisons_frame(results: dict[Hashable, Comparison] | Sequence[Comparison]) -> pd.DataFrame:
+    """One row per comparison (or per throughput record), for writing tables."""
+    items = list(results.values()) if isinstance(results, dict) else list(results)
+    return pd.DataFrame([item.as_dict() for item in items])
+
+
+# ---------------------------------------------------------------------------------------------
+# Per reply
+
+
+def decode_tps(completion_tokens: int, t_first_s: float, t_last_s: float) -> float | None:
+    """Client-clock decode speed of one reply, tokens/s (HARNESS "Client clock", §4.1).
+
+    ``(completion_tokens - 1) / (t_last_s - t_first_s)``, the times being those of the first and
+    the last streamed token event. A reply with one token event (``t_last_s == t_first_s``) or at
+    most one token is "single-delta": it has no decode interval, and the result is ``None``.
+    """
+    try:
+        n_tokens = int(completion_tokens)
+        t_first = float(t_first_s)
+        t_last = float(t_last_s)
+    except (TypeError, ValueError) as exc:
+        raise StatsInputError(
+            f"decode_tps needs a token count and two times in seconds, got "
+            f"{completion_tokens!r}, {t_first_s!r}, {t_last_s!r}"
+        ) from exc
+    if n_tokens != completion_tokens:
+        raise StatsInputError(f"completion_tokens must be a whole number, got {completion_tokens}")
+    if n_tokens < 0:
+        raise StatsInputError(f"completion_tokens must be >= 0, got {n_tokens}")
+    if not (math.isfinite(t_first) and math.isfinite(t_last)):
+        raise StatsInputError(f"token event times must be finite, got {t_first}, {t_last}")
+    if t_last < t_first:
+        raise StatsInputError(f"last token event ({t_last} s) is before the first ({t_first} s)")
+    if n_tokens <= 1 or t_last == t_first:
+        return None
+    return (n_tokens - 1) / (t_last - t_first)
+
+
+def context_band(context_tokens: float, split_tokens: int = DEFAULT_CONTEXT_SPLIT_TOKENS) -> str:
+    """The band of a reply decoded at ``context_tokens`` (Tables 3 and 9).
+
+    ``"under 2,048"`` or ``"2,048 and over"`` for the default split; context is the prompt plus
+    half the reply.
+    """
+    if not math.isfinite(context_tokens):
+        raise StatsInputError(f"context must be finite, got {context_tokens}")
+    return _band_labels(split_tokens)[0 if context_tokens < split_tokens else 1]
+
+
+def _band_labels(split_tokens: int) -> tuple[str, str]:
+    return f"under {split_tokens:,}", f"{split_tokens:,} and over"
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks and arm selection
+
+
+def _check_frame(df: object) -> pd.DataFrame:
+    if not isinstance(df, pd.DataFrame):
+        raise StatsInputError(f"expected a pandas DataFrame of per-reply rows, got {type(df)!r}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise StatsInputError(
+            f"per-reply rows lack column(s) {missing}; required: {list(REQUIRED_COLUMNS)}"
+        )
+    if df.empty:
+        raise StatsInputError("no per-reply rows")
+    return df
+
+
+def _numeric(rows: pd.DataFrame, column: str, what: str) -> pd.Series:
+    try:
+        return pd.to_numeric(rows[column], errors="raise").astype(float)
+    except (TypeError, ValueError) as exc:
+        raise StatsInputError(f"{what}: column {column!r} holds non-numeric values") from exc
+
+
+def _available_arms(df: pd.DataFrame) -> list[str]:
+    return sorted({str(a) for a in df["arm"].unique()})
+
+
+def _select_arm(df: pd.DataFrame, selector: str) -> pd.DataFrame:
+    """Rows of one arm selector (module docstring), with ``repeat`` normalised to int."""
+    if not isinstance(selector, str) or not selector:
+        raise StatsInputError(f"an arm is named by a non-empty string, got {selector!r}")
+    arm = df["arm"].astype(str)
+    rows = df[arm == selector]
+    if not rows.empty:
+        return rows
+    match = _SELECTOR_RE.match(selector)
+    if match is not None:
+        base, repeat = match["base"], int(match["repeat"])
+        repeats = _numeric(df, "repeat", "arm selection")
+        rows = df[(arm == base) & (repeats == repeat)]
+        if not rows.empty:
+            return rows
+    suffix = arm.str.extract(r"^(?P<base>.+)@(?P<repeat>\d+)$")
+    aliased = suffix["base"] == selector
+    if aliased.any():
+        rows = df[aliased].copy()
+        rows["repeat"] = suffix.loc[aliased, "repeat"].astype(int)
+        return rows
+    raise StatsInputError(
+        f"arm {selector!r} is not in the rows; arms present: {_available_arms(df)}"
+    )
+
+
+def _validated_arm_rows(df: pd.DataFrame, selector: str) -> pd.DataFrame:
+    """The arm's rows with checked types, statuses, speeds and one row per (run, reply)."""
+    rows = _select_arm(df, selector)
+    what = f"arm {selector!r}"
+    out = rows[["repeat", *KEY_COLUMNS, "status"]].copy()
+    out["status"] = out["status"].astype(str)
+    bad_status = sorted(set(out["status"]) - set(STATUSES))
+    if bad_status:
+        raise StatsInputError(f"{what}: unknown status value(s) {bad_status}; known: {STATUSES}")
+    for column in ("repeat", "turn", "reply"):
+        values = _numeric(rows, column, what)
+        if values.isna().any() or (values != values.round()).any():
+            raise StatsInputError(f"{what}: column {column!r} must hold whole numbers")
+        out[column] = values.astype(int)
+    for column in ("completion_tokens", "prompt_tokens"):
+        values = _numeric(rows, column, what)
+        if values.isna().any() or (values < 0).any():
+            raise StatsInputError(f"{what}: column {column!r} must hold counts >= 0")
+        out[column] = values
+    speed = _numeric(rows, "decode_tps", what)
+    timed = out["status"] != SINGLE_DELTA
+    bad_speed = timed & ~(np.isfinite(speed) & (speed > 0))
+    needs_speed = bad_speed & (out["status"] != LOOPED)
+    if needs_speed.any():
+        first = out.loc[needs_speed, [*KEY_COLUMNS, "repeat", "status"]].iloc[0].to_dict()
+        raise StatsInputError(
+            f"{what}: {int(needs_speed.sum())} timed reply row(s) have no positive finite "
+            f"decode_tps (first: {first}); a reply with one token event must have status "
+            f"{SINGLE_DELTA!r}"
+        )
+    # A looped reply is never used for speed; a missing speed there is harmless.
+    out["decode_tps"] = speed.where(timed & ~bad_speed)
+    duplicated = out.duplicated(subset=["repeat", *KEY_COLUMNS], keep=False)
+    if duplicated.any():
+        first = out.loc[duplicated, ["repeat", *KEY_COLUMNS]].iloc[0].to_dict()
+        raise StatsInputError(
+            f"{what}: {int(duplicated.sum())} rows repeat a (run, reply) pair (first: {first})"
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-reply speeds of an arm
+
+
+def arm_speeds(df: pd.DataFrame, arm: str) -> pd.DataFrame:
+    """Per-reply decode speed of an arm, the mean over its runs (§3.4, §4.1, Table 3 caption).
+
+    Returns one row per reply, indexed by ``(set, conversation, turn, reply)``, with columns
+    ``decode_tps`` (mean over the runs that timed the reply; NaN when single-delta or looped),
+    ``status`` (the worst over runs), ``completion_tokens``, ``prompt_tokens`` and
+    ``context_tokens`` (prompt plus half the reply, Table 3), each a mean over runs, and
+    ``n_repeats`` (runs that served the reply).
+    """
+    rows = _validated_arm_rows(_check_frame(df), arm)
+    rows = rows.assign(
+        status_rank=rows["status"].map(_STATUS_RANK),
+        context_tokens=rows["prompt_tokens"] + rows["completion_tokens"] / 2.0,
+    )
+    grouped = rows.groupby(list(KEY_COLUMNS), sort=True)
+    out = pd.DataFrame(
+        {
+            "decode_tps": grouped["decode_tps"].mean(),
+            "status_rank": grouped["status_rank"].max(),
+            "completion_tokens": grouped["completion_tokens"].mean(),
+            "prompt_tokens": grouped["prompt_tokens"].mean(),
+            "context_tokens": grouped["context_tokens"].mean(),
+            "n_repeats": grouped["repeat"].nunique(),
+        }
+    )
+    out["status"] = out.pop("status_rank").map(_RANK_STATUS)
+    untimed = out["status"].isin([LOOPED, SINGLE_DELTA])
+    out.loc[untimed, "decode_tps"] = np.nan
+    return out[
+        [
+            "decode_tps",
+            "status",
+            "completion_tokens",
+            "prompt_tokens",
+            "context_tokens",
+            "n_repeats",
+        ]
+    ]
+
+
+def count_looped(df: pd.DataFrame, arms: Sequence[str]) -> int:
+    """Replies that looped in any of ``arms`` (Table 4's "looped" column)."""
+    keys: set[tuple[Any, ...]] = set()
+    for arm in arms:
+        speeds = arm_speeds(df, arm)
+        keys.update(speeds.index[speeds["status"] == LOOPED])
+    return len(keys)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bootstrap
+
+
+def bootstrap_geomean(
+    log_ratios: np.ndarray | Sequence[float],
+    clusters: np.ndarray | Sequence[Hashable] | None = None,
+    *,
+    seed: int = DEFAULT_SEED,
+    n_resamples: int = DEFAULT_N_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> tuple[float, float, float, np.ndarray]:
+    """Geometric mean of ratios and its percentile bootstrap interval (§4.1).
+
+    ``log_ratios`` holds one log ratio per reply. With ``clusters`` (one label per reply: its
+    conversation) each resample draws as many clusters as there are, with replacement, and takes
+    every reply of each drawn cluster; with ``clusters=None`` each reply is its own cluster (the
+    reply-level bootstrap, which ignores correlation within a conversation). Each resample's
+    statistic is the mean log ratio over the replies it holds.
+
+    Returns ``(ratio, lo, hi, boot_ratios)``: the point estimate ``exp(mean(log_ratios))``, the
+    ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles of the resampled ratios, and
+    the resampled ratios themselves (length ``n_resamples``).
+    """
+    values = np.asarray(log_ratios, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise StatsInputError("bootstrap needs a non-empty 1-D array of log ratios")
+    if not np.all(np.isfinite(values)):
+        raise StatsInputError("bootstrap log ratios must be finite")
+    n_resamples = _check_int(n_resamples, "n_resamples", minimum=1)
+    seed = _check_int(seed, "seed", minimum=0)
+    if not (isinstance(confidence, float | int) and 0.0 < float(confidence) < 1.0):
+        raise StatsInputError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    if clusters is None:
+        codes = np.arange(values.size)
+    else:
+        labels = list(clusters)
+        if len(labels) != values.size:
+            raise StatsInputError(f"{len(labels)} cluster labels for {values.size} log ratios")
+        codes, _ = pd.factorize(pd.Series(labels, dtype=object))
+        codes = np.asarray(codes)
+    n_clusters = int(codes.max()) + 1
+    cluster_sum = np.bincount(codes, weights=values, minlength=n_clusters)
+    cluster_n = np.bincount(codes, minlength=n_clusters).astype(float)
+
+    rng = np.random.default_rng(seed)
+    block = max(1, _MAX_DRAW_ELEMENTS // n_clusters)
+    boot_log = np.empty(n_resamples)
+    for start in range(0, n_resamples, block):
+        stop = min(n_resamples, start + block)
+        draws = rng.integers(0, n_clusters, size=(stop - start, n_clusters))
+        boot_log[start:stop] = cluster_sum[draws].sum(axis=1) / cluster_n[draws].sum(axis=1)
+    alpha = (1.0 - float(confidence)) / 2.0
+    lo_log, hi_log = np.quantile(boot_log, [alpha, 1.0 - alpha])
+    point = float(np.exp(values.mean()))
+    return point, float(np.exp(lo_log)), float(np.exp(hi_log)), np.exp(boot_log)
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise StatsInputError(f"{name} must be an integer, got {value!r}")
+    if int(value) < minimum:
+        raise StatsInputError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparisons
+
+
+def _paired(df: pd.DataFrame, arm_a: str, arm_b: str) -> tuple[pd.DataFrame, int]:
+    """Replies both arms served, side by side, and how many only one arm served."""
+    if arm_a == arm_b:
+        raise StatsInputError(f"cannot compare arm {arm_a!r} with itself")
+    speeds_a = arm_speeds(df, arm_a)
+    speeds_b = arm_speeds(df, arm_b)
+    pairs = speeds_a.add_suffix("_a").join(speeds_b.add_suffix("_b"), how="inner")
+    n_unpaired = len(speeds_a.index.symmetric_difference(speeds_b.index))
+    if pairs.empty:
+        raise StatsInputError(
+            f"arms {arm_a!r} and {arm_b!r} share no reply (compared on {list(KEY_COLUMNS)})"
+        )
+    return pairs, n_unpaired
+
+
+def _group_labels(
+    pairs: pd.DataFrame,
+    by: str,
+    arm_a: str,
+    arm_b: str,
+    context_arm: str | None,
+    split_tokens: int,
+) -> tuple[pd.Series, list[Hashable]]:
+    """Group label of each paired reply, and the order groups are reported in."""
+    if by == BAND_COLUMN:
+        if context_arm is None:
+            context = (pairs["context_tokens_a"] + pairs["context_tokens_b"]) / 2.0
+        elif context_arm == arm_a:
+            context = pairs["context_tokens_a"]
+        elif context_arm == arm_b:
+            context = pairs["context_tokens_b"]
+        else:
+            raise StatsInputError(
+                f"context_arm must be one of the compared arms {arm_a!r}, {arm_b!r}, or None; "
+                f"got {context_arm!r}"
+            )
+        labels = pd.Series(
+            [context_band(c, split_tokens) for c in context], index=pairs.index, dtype=object
+        )
+        return labels, list(_band_labels(split_tokens))
+    if by in KEY_COLUMNS:
+        labels = pd.Series(pairs.index.get_level_values(by), index=pairs.index, dtype=object)
+        return labels, list(dict.fromkeys(labels))
+    raise StatsInputError(
+        f"cannot group by {by!r}; use one of {[*KEY_COLUMNS, BAND_COLUMN]} "
+        f"(the source is column 'set')"
+    )
+
+
+def _compare_pairs(
+    pairs: pd.DataFrame,
+    *,
+    arm_a: str,
+    arm_b: str,
+    seed: int,
+    n_resamples: int,
+    confidence: float,
+    resample_unit: Literal["conversation", "reply"],
+    n_unpaired: int,
+    group: Hashable | None,
+    empty_ok: bool,
+) -> Comparison:
+    looped = (pairs["status_a"] == LOOPED) | (pairs["status_b"] == LOOPED)
+    single = ~looped & ((pairs["status_a"] == SINGLE_DELTA) | (pairs["status_b"] == SINGLE_DELTA))
+    kept = pairs[~looped & ~single]
+    n_cut = int(((kept["status_a"] == CUT) | (kept["status_b"] == CUT)).sum())
+    counts = {
+        "n_looped_excluded": int(looped.sum()),
+        "n_single_delta_excluded": int(single.sum()),
+        "n_cut": n_cut,
+    }
+    common = {
+        "arm_a": arm_a,
+        "arm_b": arm_b,
+        "seed": seed,
+        "n_resamples": n_resamples,
+        "n_unpaired": n_unpaired,
+        "confidence": float(confidence),
+        "resample_unit": resample_unit,
+        "group": group,
+    }
+    if kept.empty:
+        if not empty_ok:
+            where = "" if group is None else f" in group {group!r}"
+            raise StatsInputError(
+                f"no reply of {arm_a!r} over {arm_b!r}{where} is left after exclusions "
+                f"({len(pairs)} paired, {counts['n_looped_excluded']} looped, "
+                f"{counts['n_single_delta_excluded']} single-delta)"
+            )
+        nan = float("nan")
+        return Comparison(
+            ratio=nan, lo=nan, hi=nan, n_replies=0, n_conversations=0, **counts, **common
+        )
+    log_ratio = np.log(kept["decode_tps_a"].to_numpy()) - np.log(kept["decode_tps_b"].to_numpy())
+    conversations = list(
+        zip(*(kept.index.get_level_values(c) for c in CONVERSATION_COLUMNS), strict=True)
+    )
+    ratio, lo, hi, _ = bootstrap_geomean(
+        log_ratio,
+        conversations if resample_unit == "conversation" else None,
+        seed=seed,
+        n_resamples=n_resamples,
+        confidence=confidence,
+    )
+    return Comparison(
+        ratio=ratio,
+        lo=lo,
+        hi=hi,
+        n_replies=len(kept),
+        n_conversations=len(set(conversations)),
+        **counts,
+        **common,
+    )
+
+
+def _compare(
+    df: pd.DataFrame,
+    arm_a: str,
+    arm_b: str,
+    *,
+    seed: int,
+    n_resamples: int,
+    by: str | None,
+    confidence: float,
+    context_arm: str | None,
+    context_split_tokens: int,
+    resample_unit: Literal["conversation", "reply"],
+) -> Comparison | dict[Hashable, Comparison]:
+    seed = _check_int(seed, "seed", minimum=0)
+    n_resamples = _check_int(n_resamples, "n_resamples", minimum=1)
+    pairs, n_unpaired = _paired(df, arm_a, arm_b)
+    options: dict[str, Any] = {
+        "arm_a": arm_a,
+        "arm_b": arm_b,
+        "seed": seed,
+        "n_resamples": n_resamples,
+        "confidence": confidence,
+        "resample_unit": resample_unit,
+    }
+    if by is None:
+        return _compare_pairs(pairs, n_unpaired=n_unpaired, group=None, empty_ok=False, **options)
+    labels, order = _group_labels(pairs, by, arm_a, arm_b, context_arm, context_split_tokens)
+    results: dict[Hashable, Comparison] = {}
+    for label in order:
+        subset = pairs[(labels == label).to_numpy()]
+        results[label] = _compare_pairs(subset, n_unpaired=0, group=label, empty_ok=True, **options)
+    return results
+
+
+@overload
+def compare(
+    df: pd.DataFrame,
+    arm_a: str,
+    arm_b: str,
+    *,
+    seed: int = ...,
+    n_resamples: int = ...,
+    by: None = ...,
+    confidence: float = ...,
+    context_arm: str | None = ...,
+    context_split_tokens: int = ...,
+) -> Comparison: ...
+
+
+@overload
+def compare(
+    df: pd.DataFrame,
+    arm_a: str,
+    arm_b: str,
+    *,
+    seed: int = ...,
+    n_resamples: int = ...,
+    by: str,
+    confidence: float = ...,
+    context_arm: str | None = ...,
+    context_split_tokens: int = ...,
+) -> dict[Hashable, Comparison]: ...
+
+
+def compare(
+    df: pd.DataFrame,
+    arm_a: str,
+    arm_b: str,
+    *,
+    seed: int = DEFAULT_SEED,
+    n_resamples: int = DEFAULT_N_RESAMPLES,
+    by: str | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    context_arm: str | None = None,
+    context_split_tokens: int = DEFAULT_CONTEXT_SPLIT_TOKENS,
+) -> Comparison | dict[Hashable, Comparison]:
+    """Arm A over arm B as the paper compares arms (§4.1; Tables 3-6, 8, 9; Figure 6).
+
+    The geometric mean over replies of ``speed_a / speed_b`` (each arm's speed on a reply being
+    the mean over its runs, :func:`arm_speeds`), with a percentile bootstrap interval that
+    resamples whole conversations (``n_resamples`` resamples from ``seed``, both recorded in the
+    result). Replies looped in either arm are left out and counted, then single-delta replies
+    in either arm; cut replies stay in and are counted; replies only one arm served are left
+    out and counted as ``n_unpaired``.
+
+    ``by=None`` gives one :class:`Comparison` over all replies and raises
+    :class:`StatsInputError` when none is left. ``by="set"`` (per source, Tables 6 and 8),
+    ``by="context_band"`` (under / at-or-over ``context_split_tokens``, Tables 3 and 9; the
+    context of ``context_arm`` or, by default, the mean of both arms') or another key column
+    gives a dict from group label to :class:`Comparison`, each group bootstrapped over its own
+    conversations; a group left empty by exclusions has NaN ratio and interval.
+    """
+    return _compare(
+        df,
+        arm_a,
+        arm_b,
+        seed=seed,
+        n_resamples=n_resamples,
+        by=by,
+        confidence=confidence,
+        context_arm=context_arm,
+        context_split_tokens=context_split_tokens,
+        resample_unit="conversation",
+    )
+
+
+def compare_reply_level(
+    df: pd.DataFrame,
+    arm_a: str,
+    arm_b: str,
+    *,
+    seed: int = DEFAULT_SEED,
+    n_resamples: int = DEFAULT_N_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> Comparison:
+    """As :func:`compare` over all replies, but resampling replies instead of conversations.
+
+    Not the paper's interval: it treats replies of one conversation as independent and is too
+    narrow when they are correlated (same prompt history, same text style). It exists to show
+    that difference (tests) and for diagnostics; ``resample_unit`` records which was used.
+    """
+    result = _compare(
+        df,
+        arm_a,
+        arm_b,
+        seed=seed,
+        n_resamples=n_resamples,
+        by=None,
+        confidence=confidence,
+        context_arm=None,
+        context_split_tokens=DEFAULT_CONTEXT_SPLIT_TOKENS,
+        resample_unit="reply",
+    )
+    assert isinstance(result, Comparison)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregate tok/s of an arm
+
+
+def _throughput(speeds: pd.DataFrame, arm: str, group: Hashable | None) -> ArmThroughput:
+    looped = speeds["status"] == LOOPED
+    single = speeds["status"] == SINGLE_DELTA
+    kept = speeds[~looped & ~single]
+    decode_tokens = (kept["completion_tokens"] - 1.0).clip(lower=0.0)
+    decode_s = float((decode_tokens / kept["decode_tps"]).sum())
+    tokens = float(decode_tokens.sum())
+    return ArmThroughput(
+        arm=arm,
+        tokens_per_s=tokens / decode_s if decode_s > 0 else float("nan"),
+        decode_tokens=tokens,
+        decode_s=decode_s,
+        n_replies=len(kept),
+        n_looped_excluded=int(looped.sum()),
+        n_single_delta_excluded=int(single.sum()),
+        n_cut=int((kept["status"] == CUT).sum()),
+        group=group,
+    )
+
+
+@overload
+def arm_throughput(df: pd.DataFrame, arm: str, *, by: None = ...) -> ArmThroughput: ...
+
+
+@overload
+def arm_throughput(df: pd.DataFrame, arm: str, *, by: str) -> dict[Hashable, ArmThroughput]: ...
+
+
+def arm_throughput(
+    df: pd.DataFrame, arm: str, *, by: str | None = None
+) -> ArmThroughput | dict[Hashable, ArmThroughput]:
+    """An arm's decode tok/s as in Table 4 (left) and Table 6's first row.
+
+    Generated tokens over decode time, summed over replies: per reply, the decode tokens are
+    ``completion_tokens - 1`` and the decode time is those tokens over the reply's speed (the
+    mean over the arm's runs, §3.4), so on one run this is summed decode tokens over summed
+    client-clock decode intervals. The arm's own looped replies and its single-delta replies are
+    left out and counted; cut replies stay in and are counted.
+
+    ``by=None`` raises :class:`StatsInputError` when no reply is left; ``by`` a key column
+    (``"set"`` for Table 6's per-source row) gives a dict from group label to result, NaN where
+    a group is left empty.
+    """
+    speeds = arm_speeds(df, arm)
+    if by is None:
+        result = _throughput(speeds, arm, None)
+        if result.n_replies == 0:
+            raise StatsInputError(
+                f"arm {arm!r} has no reply left after exclusions ({len(speeds)} replies, "
+                f"{result.n_looped_excluded} looped, {result.n_single_delta_excluded} "
+                f"single-delta)"
+            )
+        return result
+    if by not in KEY_COLUMNS:
+        raise StatsInputError(f"cannot group throughput by {by!r}; use one of {list(KEY_COLUMNS)}")
+    labels = speeds.index.get_level_values(by)
+    return {
+        label: _throughput(speeds[labels == label], arm, label) for label in dict.fromkeys(labels)
+    }
