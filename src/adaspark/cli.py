@@ -68,8 +68,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:10s} {(fn.__doc__ or '').strip().splitlines()[0]}")
         return 0
     name, rest = argv[0], argv[1:]
-    if name == "config":  # print the composed config
-        print(json.dumps(to_dict(compose(rest)), indent=2))
+    if name == "config":  # print the composed config (as params.yaml with format=yaml)
+        fmt = [a for a in rest if a.startswith("format=")]
+        cfg = compose([a for a in rest if not a.startswith("format=")])
+        if fmt and fmt[-1] == "format=yaml":
+            from omegaconf import OmegaConf
+
+            print(OmegaConf.to_yaml(cfg), end="")
+        else:
+            print(json.dumps(to_dict(cfg), indent=2))
         return 0
     if name not in COMMANDS:
         print(f"adaspark: unknown command {name!r}; commands: {sorted(COMMANDS)}",
