@@ -6,6 +6,7 @@ Arms are files in ``conf/arm/``; ``width_rule`` names a rule in the registry of
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ import adaspark.drafter.draft_model  # noqa: F401  (registers the draft-model dr
 from adaspark import model_files
 from adaspark.drafter.base import Drafter, make_drafter
 from adaspark.engine import Target
-from adaspark.width_rules import WidthRule, make_rule
+from adaspark.width_rules import WIDTH_RULES, WidthRule, make_rule
 
 
 def _register_scheduler() -> None:
@@ -41,19 +42,44 @@ class Parts:
         self.target.close()
 
 
-def make_arm_rule(arm: DictConfig, exact: bool) -> WidthRule:
+#: Keys of an arm file that describe the arm; every other key is a keyword of its width rule.
+ARM_KEYS = ("name", "engine", "width_rule", "description")
+
+
+def rule_kwargs(arm: DictConfig) -> dict[str, Any]:
+    raw = OmegaConf.to_container(arm, resolve=True)
+    assert isinstance(raw, dict)
+    out = {str(k): v for k, v in raw.items() if k not in (*ARM_KEYS, "rule")}
+    nested = raw.get("rule")  # also accepted: the keywords nested under `rule:`
+    if isinstance(nested, dict):
+        out |= {str(k): v for k, v in nested.items()}
+    return out
+
+
+def make_arm_rule(arm: DictConfig, scheduler: DictConfig | None = None,
+                  **extra: Any) -> WidthRule:
+    """The width rule of an arm: ``width_rule`` names it, the arm's other keys are its keyword
+    arguments (``arms.adaspark.width=8`` pins AdaSpark's width). Rules that take the scheduler's
+    constants get the composed ``scheduler`` group, so ``-S scheduler.<part>.<key>=...`` reaches
+    them."""
     _register_scheduler()
-    rule_cfg = arm.get("rule")
-    kwargs = {} if rule_cfg is None else OmegaConf.to_container(rule_cfg, resolve=True)
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"arm {arm.name}: `rule` must be a mapping of keyword arguments")
     if arm.get("engine", "ours") != "ours":
         raise ValueError(f"arm {arm.name} runs on {arm.engine}, not on our engine")
-    return make_rule(str(arm.width_rule), **kwargs)
+    kwargs = rule_kwargs(arm) | extra
+    name = str(arm.width_rule)
+    if isinstance(scheduler, DictConfig) and name in WIDTH_RULES:
+        params = inspect.signature(WIDTH_RULES[name]).parameters
+        if "scheduler" in params and "scheduler" not in kwargs:
+            kwargs["scheduler"] = OmegaConf.to_container(scheduler, resolve=True)
+    try:
+        return make_rule(name, **kwargs)
+    except TypeError as e:
+        raise ValueError(f"arm {arm.name}: the keys of its file do not fit rule {name!r}: {e}"
+                         ) from None
 
 
-def build(cfg: DictConfig, arm: DictConfig, *, exact: bool) -> Parts:
-    rule = make_arm_rule(arm, exact)
+def build(cfg: DictConfig, arm: DictConfig, *, exact: bool, **rule_extra: Any) -> Parts:
+    rule = make_arm_rule(arm, cfg.get("scheduler"), **rule_extra)
     tpath, tsha = model_files.resolve(cfg.target)
     target = Target(tpath, int(cfg.target.n_ctx), exact=exact, threads=cfg.get("threads"))
     models = {"target": {"path": str(tpath), "sha256": tsha}}

@@ -53,6 +53,7 @@ def generate(
     want_gaps: bool = False,
     on_tokens: Callable[[list[int]], None] | None = None,
     stats: DrafterStats | None = None,
+    request_id: str | None = None,
 ) -> Generation:
     """Decode up to ``max_tokens`` greedily after ``prompt`` with ``rule`` choosing each verify.
 
@@ -64,7 +65,7 @@ def generate(
         raise ValueError(f"width rule {rule.name!r} needs a drafter; the arm gives none")
     gen = Generation(tokens=[], prompt_tokens=len(prompt))
     gen.prefill_s = target.prefill(prompt)
-    rule.begin_request(prompt)
+    rule.begin_request(prompt, request_id)
     if drafter is not None:
         drafter.begin(prompt)
     t_start = time.perf_counter()

@@ -47,6 +47,7 @@ class RoundPlan:
     cand_of_row: list[int] = field(default_factory=list)
     why: str = "choice"
     info: dict[str, Any] = field(default_factory=dict)
+    state: Any = None  # the rule's own per-round state, handed back in observe()
 
 
 @dataclass
@@ -67,7 +68,7 @@ class WidthRule(ABC):
     name: str = "rule"
     uses_drafter: bool = True
 
-    def begin_request(self, prompt: list[int]) -> None:  # noqa: B027 - optional hook
+    def begin_request(self, prompt: list[int], request_id: str | None = None) -> None:  # noqa: B027
         pass
 
     def wants_block(self, state: RoundState) -> bool:
