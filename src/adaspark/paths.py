@@ -18,7 +18,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("ADASPARK_CACHE", Path.home() / ".cache" / "adaspark"))
+    """``ADASPARK_CACHE`` if set, else the cache the setup command used, else the default."""
+    env = os.environ.get("ADASPARK_CACHE")
+    if env:
+        return Path(env)
+    f = build_info_file()
+    if f.is_file():
+        try:
+            cache = json.loads(f.read_text()).get("cache")
+        except ValueError:
+            cache = None
+        if cache:
+            return Path(cache)
+    return Path.home() / ".cache" / "adaspark"
 
 
 def models_dir() -> Path:
