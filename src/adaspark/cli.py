@@ -92,5 +92,38 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+@command("serve")
+def cmd_serve(args: list[str]) -> int:
+    """Serve ``arm=`` over an OpenAI-compatible HTTP API (port=, host=, store=, exact=)."""
+    from adaspark.server import serve_command
+
+    return serve_command(args)
+
+
+@command("run")
+def cmd_run(args: list[str]) -> int:
+    """Run ``run_arms=[a,b]`` over ``run.subset`` through their servers (out=DIR)."""
+    from pathlib import Path
+
+    from adaspark.runner import RunError, RunSettings, compose_for_run, run_arms
+
+    out = Path("runs/adhoc")
+    rest = []
+    for a in args:
+        k, eq, v = a.partition("=")
+        if eq and k == "out":
+            out = Path(v)
+        else:
+            rest.append(a)
+    cfg = compose_for_run(rest)
+    try:
+        settings = RunSettings.from_config(cfg)
+        summaries = run_arms(cfg, [str(e) for e in cfg.run_arms], out, settings)
+    except RunError as e:
+        print(f"adaspark run: {e}", file=sys.stderr)
+        return 1
+    return 0 if all(s.n_replies for s in summaries) else 1
+
+
 if __name__ == "__main__":
     sys.exit(main())

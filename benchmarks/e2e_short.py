@@ -1,0 +1,136 @@
+"""End to end on the short subset (§4.1, Table 4 in small): every default arm through its own
+HTTP server, timed on the client's clock, then per-arm decode tok/s and the ratios with 95%
+bootstrap intervals over conversations (``adaspark.stats``).
+
+Arms, in this order: ``llamacpp-ar``, ``ar``, ``llamacpp-chain``, ``chain3``, ``adaspark``,
+``adaspark-w1``; an arm whose width rule is not registered yet is skipped, and the output says
+so. Each arm runs from an empty store into its own directory and resumes there if killed (the
+runner's protocol). The embedded pair (Qwen2.5-Coder 1.5B / 0.5B) is the default.
+
+Writes, under ``--out`` (default ``runs/benchmarks/e2e_short``): ``<arm>/replies.parquet`` (the
+runner's rows), ``replies.parquet`` (all arms), ``throughput.csv``, ``ratios.csv`` and
+``e2e_short.json`` (both, with the run settings and skipped arms).
+
+    .venv/bin/python benchmarks/e2e_short.py                       # short subset, cap 128
+    .venv/bin/python benchmarks/e2e_short.py --subset smoke --cap 16 --out runs/benchmarks/e2e_smoke
+    .venv/bin/python benchmarks/e2e_short.py target=tiny drafter=tiny-truncated  # Hydra overrides
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ARMS = ["llamacpp-ar", "ar", "llamacpp-chain", "chain3", "adaspark", "adaspark-w1"]
+#: (A, B): A's decode speed over B's. The paper's headline comparisons and each engine's own
+#: speculation speedup (Table 4, left and right).
+PAIRS = [
+    ("adaspark", "llamacpp-chain"),
+    ("adaspark", "chain3"),
+    ("chain3", "llamacpp-chain"),
+    ("ar", "llamacpp-ar"),
+    ("llamacpp-chain", "llamacpp-ar"),
+    ("chain3", "ar"),
+    ("adaspark", "ar"),
+    ("adaspark-w1", "ar"),
+    ("adaspark-w1", "adaspark"),
+]
+
+
+def runnable(arms: list[str], cfg) -> tuple[list[str], dict[str, str]]:
+    """The arms whose width rule is registered (llama-server arms always are)."""
+    from adaspark.arms import _register_scheduler
+    from adaspark.width_rules import WIDTH_RULES
+
+    _register_scheduler()
+    keep, skipped = [], {}
+    for a in arms:
+        arm = cfg.arms[a]
+        if arm.get("engine") == "llama-server" or str(arm.width_rule) in WIDTH_RULES:
+            keep.append(a)
+        else:
+            skipped[a] = (f"width rule {arm.width_rule!r} is not registered (known: "
+                          f"{sorted(WIDTH_RULES)})")
+    return keep, skipped
+
+
+def analyse(out: Path, arms: list[str], seed: int) -> dict:
+    import pandas as pd
+
+    from adaspark import stats
+    from adaspark.runner import ResultStore
+
+    frames = [pd.DataFrame(ResultStore(out / a).rows()) for a in arms]
+    df = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    df.to_parquet(out / "replies.parquet")
+    throughput = []
+    for a in arms:
+        try:
+            throughput.append(stats.arm_throughput(df, a).as_dict())
+        except stats.StatsInputError as e:
+            throughput.append({"arm": a, "tokens_per_s": float("nan"), "note": str(e)})
+    ratios = []
+    for a, b in PAIRS:
+        if a not in arms or b not in arms:
+            continue
+        try:
+            c = stats.compare(df, a, b, seed=seed)
+            ratios.append(c.as_dict() | {"cell": c.format(3)})
+        except stats.StatsInputError as e:
+            ratios.append({"arm_a": a, "arm_b": b, "ratio": float("nan"), "note": str(e)})
+    pd.DataFrame(throughput).to_csv(out / "throughput.csv", index=False)
+    pd.DataFrame(ratios).to_csv(out / "ratios.csv", index=False)
+    statuses = df.groupby(["arm", "status"]).size().unstack(fill_value=0)
+    return {"throughput": throughput, "ratios": ratios,
+            "statuses": {a: {k: int(v) for k, v in row.items()}
+                         for a, row in statuses.iterrows()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--subset", default="short")
+    ap.add_argument("--cap", type=int, default=128)
+    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated arm names")
+    ap.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks" / "e2e_short")
+    ap.add_argument("--testset", default="data/testset",
+                    help="the checked test set (default: the vendored copy)")
+    ap.add_argument("--seed", type=int, default=20240601, help="bootstrap seed")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides (target=..., drafter=...)")
+    a = ap.parse_args(argv)
+
+    from rich.console import Console
+
+    from adaspark.runner import RunSettings, compose_for_run, run_arms
+
+    console = Console(stderr=True)
+    arms = [x for x in a.arms.split(",") if x]
+    cfg = compose_for_run([*a.overrides, f"run_arms=[{','.join(arms)}]",
+                           f"run.subset={a.subset}", f"run.cap={a.cap}",
+                           f"run.testset={a.testset}"])
+    keep, skipped = runnable(arms, cfg)
+    for arm, why in skipped.items():
+        console.print(f"e2e_short: skipping {arm}: {why}")
+    if not keep:
+        console.print("e2e_short: no arm to run")
+        return 1
+    settings = RunSettings.from_config(cfg)
+    a.out.mkdir(parents=True, exist_ok=True)
+    summaries = run_arms(cfg, keep, a.out, settings)
+    result = analyse(a.out, keep, a.seed)
+    result |= {"subset": a.subset, "cap": a.cap, "arms": keep, "skipped": skipped,
+               "target": str(cfg.target.name), "drafter": str(cfg.drafter.name),
+               "summaries": [s.__dict__ for s in summaries]}
+    (a.out / "e2e_short.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    for t in result["throughput"]:
+        console.print(f"  {t['arm']:16s} {t['tokens_per_s']:8.2f} tok/s")
+    for r in result["ratios"]:
+        console.print(f"  {r['arm_a']} / {r['arm_b']}: {r.get('cell', r.get('note'))}")
+    console.print(f"e2e_short: written to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

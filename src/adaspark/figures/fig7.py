@@ -1,0 +1,112 @@
+"""Figure 7 (§4.1): anatomy of an AdaSpark round.
+
+Paper: "Anatomy of an AdaSpark round on each target, at the width its rounds most often ran: the
+drafter's forward, the tree build, the verify and the commit (medians), and the tokens committed
+per round at that width. The text beside each bar also gives the tokens per round and
+milliseconds per token over all rounds, other widths included, beside the same engine's
+autoregressive (AR) milliseconds per token on the short subset."
+
+From the instrumented AdaSpark run's round log: the round's fixed cost D (``fixed_s``: the
+drafter's forward and the tree build, recorded together) and the verify (``measured_verify_s``);
+the commit is not recorded separately. Cold-start rounds are left out of the modal width. The AR
+milliseconds per token are 1,000 over the ``ar`` arm's decode tok/s.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from adaspark.figures.style import COLOURS, attach_caption, not_run, panels, style
+from adaspark.tables.common import throughput_or_none
+from adaspark.tables.inputs import (
+    ADASPARK,
+    AR,
+    COLD_START,
+    STAGE_INSTRUMENTED,
+    STAGE_RUN,
+    Options,
+    Records,
+    without_looped,
+)
+
+FILLED_BY = "every preset (the instrumented stage; AR from the run or short stage)"
+
+
+def round_anatomy(rounds: pd.DataFrame) -> dict[str, float]:
+    """The numbers Figure 7 draws: modal width and its share, median D and verify (ms) and
+    tokens per round there; tokens per round and ms per token over all rounds."""
+    r = without_looped(rounds)
+    if r.empty:
+        return {}
+    warm = r[~r["why"].isin(COLD_START)]
+    counts = warm["width"].value_counts()
+    if counts.empty:
+        return {}
+    mode = int(counts.index[0])
+    at = warm[warm["width"] == mode]
+    seconds = float((r["fixed_s"] + r["measured_verify_s"]).sum())
+    committed = float(r["committed"].sum())
+    return {
+        "width": mode, "share": float(counts.iloc[0] / counts.sum()),
+        "fixed_ms": 1e3 * float(at["fixed_s"].median()),
+        "verify_ms": 1e3 * float(at["measured_verify_s"].median()),
+        "tokens_at_width": float(at["committed"].mean()),
+        "tokens_per_round": committed / len(r),
+        "ms_per_token": 1e3 * seconds / committed if committed else math.nan,
+        "rounds": float(len(r)),
+    }
+
+
+def figure7_round_anatomy(rounds: pd.DataFrame, ar_replies: pd.DataFrame | None,
+                          target: str, ar_subset: str | None = None) -> Figure:
+    """Figure 7 from AdaSpark's round log and the AR arm's per-reply rows."""
+    a = round_anatomy(rounds)
+    ar = throughput_or_none(ar_replies, AR)
+    ar_ms = 1e3 / ar.tokens_per_s if ar is not None and ar.tokens_per_s > 0 else math.nan
+    with style():
+        fig, (ax,) = panels(1)
+        fig.set_size_inches(7.5, 1.9)
+        if not a:
+            not_run(ax, "no AdaSpark round logged", f"stage {STAGE_INSTRUMENTED}")
+            return attach_caption(fig, "No AdaSpark round was logged.", label="Figure 7",
+                                  title="Anatomy of a round", filled_by=FILLED_BY,
+                                  complete=False)
+        ax.barh([0], [a["fixed_ms"]], color=COLOURS["orange"], label="draft + tree build (D)")
+        ax.barh([0], [a["verify_ms"]], left=[a["fixed_ms"]], color=COLOURS["blue"],
+                label="verify")
+        total = a["fixed_ms"] + a["verify_ms"]
+        text = (f"{a['tokens_at_width']:.2f} tok/round at {a['width']} rows; all rounds "
+                f"{a['tokens_per_round']:.2f} tok/round, {a['ms_per_token']:.1f} ms/token"
+                + (f" (AR {ar_ms:.1f})" if not math.isnan(ar_ms) else ""))
+        ax.text(total * 1.02, 0, text, va="center", fontsize=8)
+        ax.set_yticks([0], [target])
+        ax.set_xlim(0, total * 2.6)
+        ax.set_xlabel("ms per round (medians at the modal width)")
+        ax.grid(axis="y", visible=False)
+        ax.legend(frameon=False, loc="upper right", ncols=2)
+        caption = (
+            f"Anatomy of an AdaSpark round on {target}, at the width its rounds most often ran: "
+            "the drafter's forward and tree build (recorded together) and the verify (medians), "
+            "and the tokens committed per round at that width; beside the bar, the tokens per "
+            "round and milliseconds per token over all rounds, beside the autoregressive "
+            f"milliseconds per token on the {ar_subset or 'main'} subset. {target}: draft and "
+            f"tree {a['fixed_ms']:.1f}, verify {a['verify_ms']:.1f} ms at {a['width']} rows "
+            f"({a['share']:.0%} of rounds); {a['ms_per_token']:.1f} ms per token"
+            + (f" against {ar_ms:.1f} ms in autoregressive decode." if not math.isnan(ar_ms)
+               else "; the AR arm was not run in this preset.")
+        )
+        return attach_caption(fig, caption, label="Figure 7", title="Anatomy of a round",
+                              filled_by=FILLED_BY)
+
+
+def build(records: Records, options: Options) -> Figure:
+    rounds = records.rounds("Figure 7")
+    ar, subset = records.ar_replies("Figure 7")
+    return figure7_round_anatomy(rounds[rounds["arm"].astype(str) == ADASPARK], ar,
+                                 options.target, subset)
+
+
+STAGES = (STAGE_INSTRUMENTED, STAGE_RUN)

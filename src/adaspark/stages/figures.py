@@ -1,0 +1,82 @@
+"""Stage ``figures``: the paper's Figures 3-10 from this run's records (issue 6).
+
+    python -m adaspark.stages.figures --params params.yaml --runs runs --out figures
+
+Each figure of :data:`adaspark.figures.FIGURES` is built from the records under ``--runs`` and
+written as ``<out>/figN.png`` and ``.pdf``; ``<out>/figures.json`` indexes them (captions
+computed from the data, which preset fills an empty panel) for the report. A figure whose input
+is missing is not written: the stage names the stage that makes the input and exits 1 after
+writing the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from adaspark.figures import FIGURES
+from adaspark.figures.style import info_of, save
+from adaspark.stages.tables import options_from_params
+from adaspark.tables import Options, Records
+from adaspark.tables.inputs import MissingInputError
+
+
+def write_figures(runs: Path, out: Path, options: Options,
+                  only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Build and write every figure (or ``only`` those); return the index and the errors."""
+    records = Records(runs, target_label=options.target)
+    entries, errors = [], []
+    for name, spec in FIGURES.items():
+        if only and name not in only:
+            continue
+        entry: dict[str, Any] = {"name": name, "number": spec.number,
+                                 "label": f"Figure {spec.number}", "stages": spec.stages,
+                                 "filled_by": spec.filled_by}
+        try:
+            fig = spec.build(records, options)
+        except MissingInputError as e:
+            errors.append(f"{entry['label']}: {e}")
+            entry |= {"title": spec.module.__doc__.splitlines()[0], "error": str(e)}
+            entries.append(entry)
+            continue
+        info = info_of(fig)
+        files = save(fig, out, name)
+        entry |= {"title": info.get("title", ""), "caption": info.get("caption", ""),
+                  "complete": info.get("complete", True), "files": [str(p) for p in files],
+                  "error": None}
+        entries.append(entry)
+    index = {"preset": options.preset, "target": options.target, "runs": str(runs),
+             "figures": entries}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "figures.json").write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n",
+                                      encoding="utf-8")
+    return index, errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--runs", default="runs", type=Path)
+    ap.add_argument("--out", default="figures", type=Path)
+    ap.add_argument("--only", default="", help="comma-separated figure names (fig3,fig8)")
+    a = ap.parse_args(argv)
+    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
+    assert isinstance(params, dict)
+    only = [x for x in a.only.split(",") if x] or None
+    index, errors = write_figures(a.runs, a.out, options_from_params(params), only)
+    for e in index["figures"]:
+        if not e.get("error"):
+            print(f"figures: {e['label']} -> {a.out}/{e['name']}.png|pdf"
+                  + ("" if e["complete"] else " (partly not run in this preset)"))
+    for err in errors:
+        print(f"figures: FAILED {err}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

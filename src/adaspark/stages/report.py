@@ -1,0 +1,47 @@
+"""Stage ``report``: ``paper/report.md`` and ``paper/report.html`` (and ``report.pdf`` where a
+LaTeX engine is installed) from the tables, the figures and the run's metadata (issue 6).
+
+    python -m adaspark.stages.report --params params.yaml --runs runs --tables paper/tables \
+        --figures figures --out paper
+
+See :mod:`adaspark.report` for what the report holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from adaspark.report import write_report
+from adaspark.stages.tables import options_from_params
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--runs", default="runs", type=Path)
+    ap.add_argument("--tables", default="paper/tables", type=Path)
+    ap.add_argument("--figures", default="figures", type=Path)
+    ap.add_argument("--out", default="paper", type=Path)
+    a = ap.parse_args(argv)
+    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
+    assert isinstance(params, dict)
+    if not (a.tables / "tables.json").is_file():
+        print(f"report: {a.tables / 'tables.json'} is missing: the `tables` stage makes it "
+              "(dvc repro tables)", file=sys.stderr)
+        return 1
+    if not (a.figures / "figures.json").is_file():
+        print(f"report: {a.figures / 'figures.json'} is missing: the `figures` stage makes it "
+              "(dvc repro figures)", file=sys.stderr)
+        return 1
+    written = write_report(a.runs, a.tables, a.figures, a.out, params, options_from_params(params))
+    for p in written:
+        print(f"report: wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Stage ``run`` (one item of the DVC matrix over ``run_arms``): one arm over the run's subset,
+through its server, timed on the client's clock (§4.1, Appendix A; issue 5).
+
+    python -m adaspark.stages.run --arm NAME[@REPEAT] --params params.yaml --out DIR
+                                  [--set KEY=VALUE ...] [--on-mismatch refuse|restart]
+
+Reads ``arms.<NAME>`` (or ``arms.<NAME@REPEAT>``), ``target``, ``drafter``, ``threads`` and the
+``run`` section (subset, cap, kernels, ...) of the composed params file; writes
+``DIR/replies.parquet`` (one row per timed reply), ``DIR/run.json`` (fingerprint and server
+metadata), ``DIR/summary.json``, the server's log and, for scheduler arms, the learned store.
+A killed run resumes at the first missing reply; a run refuses to append to results made with
+another binary, model file or config (``--on-mismatch restart`` deletes them and starts over
+instead, as DVC would). On a failure ``DIR/crash.json`` says what happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from adaspark.runner import RunError, RunSettings, run_arm, summary_table
+
+
+def apply_sets(cfg: DictConfig, sets: list[str]) -> None:
+    """Merge ``KEY=VALUE`` items into ``cfg`` (a stage's own variant of the params: another
+    subset, the round log on), each value read as YAML."""
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. run.subset=heldout")
+        OmegaConf.update(cfg, key, yaml.safe_load(value) if value else None, merge=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arm", required=True, help="a run_arms entry: NAME or NAME@REPEAT")
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--out", required=True, type=Path, help="the arm's run directory")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change one value of the params before reading them (YAML value, "
+                    "e.g. --set run.subset=heldout --set run.round_log=true); repeatable")
+    ap.add_argument("--on-mismatch", choices=["refuse", "restart"], default="refuse",
+                    help="results in --out made with another binary, model or config: refuse "
+                    "(default) or delete them and start over (the pipeline's choice)")
+    a = ap.parse_args(argv)
+    cfg = OmegaConf.load(a.params)
+    try:
+        apply_sets(cfg, a.set)
+        settings = RunSettings.from_config(cfg)
+        summary = run_arm(cfg, a.arm, a.out, settings, on_mismatch=a.on_mismatch)
+    except (RunError, FileNotFoundError, ValueError, KeyError) as e:
+        print(f"run {a.arm}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    from rich.console import Console
+
+    Console(stderr=True, width=None if sys.stderr.isatty() else 150).print(
+        summary_table([summary]))
+    if summary.n_replies == 0:
+        print(f"run {a.arm}: no reply was stored", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

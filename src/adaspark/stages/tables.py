@@ -1,0 +1,103 @@
+"""Stage ``tables``: the paper's Tables 1-10 from this run's records (issue 6).
+
+    python -m adaspark.stages.tables --params params.yaml --runs runs --out paper/tables
+
+Each table of :data:`adaspark.tables.TABLES` is built from the records under ``--runs`` and
+written as ``<out>/tableN.csv`` (raw values), ``.md`` and ``.tex``; ``<out>/tables.json`` indexes
+them (formatted cells, captions, notes, which preset fills the dashes) for the report. A table
+whose input is missing is not written: the stage names the stage that makes the input and exits 1
+after writing the others.
+
+Reads from the params file: ``target.name`` (the label), ``preset.name`` and the ``tables``
+section (``seed``, ``n_resamples``, ``context_split_tokens``: the bootstrap of §4.1, recorded in
+``tables.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from adaspark import stats
+from adaspark.tables import TABLES, Options, Records
+from adaspark.tables.inputs import MissingInputError
+from adaspark.tables.render import formatted, missing_cells, write_table
+
+
+def options_from_params(params: dict[str, Any]) -> Options:
+    """The statistics options of the ``tables`` params section, and the target's label."""
+    section = dict(params.get("tables") or {})
+    preset = params.get("preset")
+    return Options(
+        target=str((params.get("target") or {}).get("name") or "target"),
+        seed=int(section.get("seed", stats.DEFAULT_SEED)),
+        n_resamples=int(section.get("n_resamples", stats.DEFAULT_N_RESAMPLES)),
+        context_split_tokens=int(section.get("context_split_tokens", 2048)),
+        preset=str(preset.get("name") if isinstance(preset, dict) else preset or "default"),
+    )
+
+
+def write_tables(runs: Path, out: Path, options: Options,
+                 only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Build and write every table (or ``only`` those); return the index and the errors."""
+    records = Records(runs, target_label=options.target)
+    entries, errors = [], []
+    for name, spec in TABLES.items():
+        if only and name not in only:
+            continue
+        entry: dict[str, Any] = {"name": name, "number": spec.number,
+                                 "label": f"Table {spec.number}", "stages": spec.stages,
+                                 "filled_by": spec.filled_by}
+        try:
+            frame = spec.build(records, options)
+        except MissingInputError as e:
+            errors.append(f"{entry['label']}: {e}")
+            entry |= {"title": spec.module.__doc__.splitlines()[0], "error": str(e)}
+            entries.append(entry)
+            continue
+        files = write_table(frame, out, name)
+        cells = formatted(frame)
+        entry |= {
+            "title": frame.attrs.get("title", ""), "caption": frame.attrs.get("caption", ""),
+            "notes": frame.attrs.get("notes", []), "dashes": missing_cells(frame),
+            "columns": [str(c) for c in cells.columns], "rows": cells.to_numpy().tolist(),
+            "files": [str(p) for p in files], "error": None,
+        }
+        entries.append(entry)
+    index = {"preset": options.preset, "target": options.target, "seed": options.seed,
+             "n_resamples": options.n_resamples,
+             "context_split_tokens": options.context_split_tokens, "runs": str(runs),
+             "tables": entries}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tables.json").write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n",
+                                     encoding="utf-8")
+    return index, errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--runs", default="runs", type=Path)
+    ap.add_argument("--out", default="paper/tables", type=Path)
+    ap.add_argument("--only", default="", help="comma-separated table names (table1,table4)")
+    a = ap.parse_args(argv)
+    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
+    assert isinstance(params, dict)
+    only = [x for x in a.only.split(",") if x] or None
+    index, errors = write_tables(a.runs, a.out, options_from_params(params), only)
+    for e in index["tables"]:
+        if not e.get("error"):
+            print(f"tables: {e['label']} -> {a.out}/{e['name']}.csv|md|tex"
+                  + (f" ({e['dashes']} dashes: not run in this preset)" if e["dashes"] else ""))
+    for err in errors:
+        print(f"tables: FAILED {err}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

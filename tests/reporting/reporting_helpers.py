@@ -1,0 +1,52 @@
+"""Helpers of the reporting tests: a params file, and a synthetic run directory
+(adaspark.tables.synthetic) with the tables, figures and report the stages make of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from adaspark.stages import figures as figures_stage
+from adaspark.stages import report as report_stage
+from adaspark.stages import tables as tables_stage
+from adaspark.tables import Options
+from adaspark.tables.synthetic import make_synthetic_runs
+
+#: Few resamples keep the tests fast; the statistics module's own tests cover the bootstrap.
+FAST = Options(target="synthetic-target", n_resamples=200, seed=11)
+
+
+def write_params(path: Path, preset: str, n_resamples: int = 200) -> Path:
+    """A params file with what the tables, figures and report stages read."""
+    path.write_text(
+        "target: {name: synthetic-target}\n"
+        f"preset: {{name: {preset}}}\n"
+        "run_arms: [llamacpp-chain, chain3, adaspark]\n"
+        "run: {subset: short, cap: 128}\n"
+        f"tables: {{seed: 11, n_resamples: {n_resamples}, context_split_tokens: 2048}}\n")
+    return path
+
+
+@dataclass(frozen=True)
+class Built:
+    """A synthetic run directory and what the tables, figures and report stages made of it."""
+
+    runs: Path
+    tables: Path
+    figures: Path
+    paper: Path
+    codes: tuple[int, int, int]
+
+
+def build(root: Path, preset: str) -> Built:
+    runs = make_synthetic_runs(root / "runs", preset=preset)
+    params = write_params(root / "params.yaml", preset)
+    paper, figures = root / "paper", root / "figures"
+    common = ["--params", str(params), "--runs", str(runs)]
+    codes = (
+        tables_stage.main([*common, "--out", str(paper / "tables")]),
+        figures_stage.main([*common, "--out", str(figures)]),
+        report_stage.main([*common, "--tables", str(paper / "tables"), "--figures",
+                           str(figures), "--out", str(paper)]),
+    )
+    return Built(runs, paper / "tables", figures, paper, codes)

@@ -1,0 +1,73 @@
+"""Each figure module runs on a small synthetic run directory and writes PNG and PDF (issue 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from reporting_helpers import FAST, Built
+
+from adaspark.figures import FIGURES
+from adaspark.figures.fig4 import source_change_ranks
+from adaspark.figures.fig5 import figure5_marginal_rows, marginal_points
+from adaspark.figures.fig10 import figure10_calibration
+from adaspark.figures.style import info_of, save
+from adaspark.tables import Options, Records
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_every_figure_is_written_by_the_stage(name: str, built: Built) -> None:
+    """The figures stage ran every module on the synthetic runs and wrote PNG and PDF."""
+    assert built.codes[1] == 0
+    png, pdf = built.figures / f"{name}.png", built.figures / f"{name}.pdf"
+    assert png.read_bytes()[:4] == b"\x89PNG" and pdf.read_bytes()[:4] == b"%PDF"
+    index = {f["name"]: f for f in json.loads((built.figures / "figures.json").read_text())
+             ["figures"]}
+    assert index[name]["label"] == f"Figure {FIGURES[name].number}"
+    assert FAST.target in index[name]["caption"]
+
+
+def test_a_figure_carries_its_caption(paper_runs: Path, fast: Options, tmp_path: Path) -> None:
+    fig = FIGURES["fig9"].build(Records(paper_runs), fast)
+    info = info_of(fig)
+    assert info["label"] == "Figure 9" and "median absolute error" in info["caption"]
+    assert [p.suffix for p in save(fig, tmp_path, "fig9")] == [".png", ".pdf"]
+
+
+def test_figures_are_reproducible_byte_for_byte(paper_runs: Path, fast: Options,
+                                                tmp_path: Path) -> None:
+    a = save(FIGURES["fig8"].build(Records(paper_runs), fast), tmp_path / "a", "fig8")
+    b = save(FIGURES["fig8"].build(Records(paper_runs), fast), tmp_path / "b", "fig8")
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+
+
+def test_a_series_not_run_leaves_an_empty_marked_panel(paper_runs: Path, fast: Options) -> None:
+    rounds = Records(paper_runs).rounds()
+    fig = figure10_calibration(rounds[rounds["arm"] == "adaspark"], fast.target)
+    info = info_of(fig)
+    assert not info["complete"] and "drafter head: not run in this preset" in info["caption"]
+    empty = figure5_marginal_rows(pd.DataFrame(columns=["context", "prompt", "width", "rounds",
+                                                        "tokens", "decode_s"]), fast.target)
+    texts = [t.get_text() for t in empty.axes[0].texts]
+    assert any("not run in this preset" in t for t in texts)
+
+
+def test_marginal_points_are_relative_to_the_narrow_tree() -> None:
+    runs = pd.DataFrame([
+        {"context": 443, "prompt": "443A", "width": 8, "rounds": 100, "tokens": 200,
+         "decode_s": 10.0},
+        {"context": 443, "prompt": "443A", "width": 16, "rounds": 80, "tokens": 200,
+         "decode_s": 10.0},
+    ])
+    pts = marginal_points(runs)
+    assert pts.at[0, "extra_time"] == pytest.approx(0.25)  # 0.125 s over 0.1 s per round
+    assert pts.at[0, "extra_tokens"] == pytest.approx(0.25)  # 2.5 over 2 tokens per round
+
+
+def test_source_change_ranks() -> None:
+    red = pd.Series([0.1, 0.2, 0.05, 0.3, 0.1])
+    src = pd.Series(["a", "a", "b", "b", "b"])
+    ((rank, below),) = source_change_ranks(red, src)
+    assert rank == 0.0 and below  # 0.05 is the lowest of b's others (0.3, 0.1)

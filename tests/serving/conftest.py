@@ -1,0 +1,63 @@
+"""Servers for the serving tests, started once per session on loopback with the tiny model
+(HARNESS: tests never mock the engine or llama-server).
+
+* ``ours``: our server, arm ``chain3``, target SmolLM2-135M, drafter the 22-block cut (it
+  rejects drafts), exact kernels (so its output can equal the in-process engine's, which runs in
+  exact mode), a Qwen-style chat template with tools (the tiny model's own template has none).
+* ``llama``: llama-server on the same target, arm ``llamacpp-chain`` with the tiny model drafting
+  for itself (every draft accepted: the quickest speculative run), the same template file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from adaspark.config import compose, to_dict
+from adaspark.llama_server import ServerProcess, clean_env, llama_server_process, spec_from_config
+from adaspark.server import free_port
+
+HERE = Path(__file__).parent
+TEMPLATE = HERE / "qwen_style_template.jinja"
+N_CTX = 2048
+TINY_ARGS = ["target=tiny", "drafter=tiny-truncated", f"target.n_ctx={N_CTX}",
+             f"drafter.n_ctx={N_CTX}"]
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg():
+    """The composed config for the tiny pair with every arm the tests use under ``arms``."""
+    return compose([*TINY_ARGS, "+arm@arms.llamacpp-chain=llamacpp-chain",
+                    "+arm@arms.llamacpp-ar=llamacpp-ar"])
+
+
+@pytest.fixture(scope="session")
+def ours(tiny_cfg, tmp_path_factory) -> Iterator[ServerProcess]:
+    d = tmp_path_factory.mktemp("ours")
+    params = d / "params.yaml"
+    OmegaConf.save(OmegaConf.create(to_dict(tiny_cfg)), params)
+    port = free_port()
+    argv = ["python", "-m", "adaspark.server", "--params", str(params), "--arm", "chain3",
+            "--port", str(port), "--store", str(d / "store"), "--exact",
+            "--chat-template", str(TEMPLATE)]
+    import sys
+
+    argv[0] = sys.executable
+    proc = ServerProcess(argv, port=port, log_path=d / "server.log", env=clean_env(exact=True),
+                         startup_timeout_s=120)
+    with proc:
+        yield proc
+
+
+@pytest.fixture(scope="session")
+def llama(tmp_path_factory) -> Iterator[ServerProcess]:
+    d = tmp_path_factory.mktemp("llama")
+    args = ["drafter=tiny-self" if a.startswith("drafter=") else a for a in TINY_ARGS]
+    cfg = compose([*args, "+arm@arms.llamacpp-chain=llamacpp-chain"])
+    spec = spec_from_config(cfg, cfg.arms["llamacpp-chain"], port=free_port(),
+                            chat_template_file=TEMPLATE)
+    with llama_server_process(spec, d / "server.log", startup_timeout_s=120) as proc:
+        yield proc

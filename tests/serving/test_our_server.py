@@ -1,0 +1,122 @@
+"""Our server on the tiny model: streamed text equals the non-streamed text and the engine's own
+output; client-clock fields are consistent; bad requests get clear errors; one request at a time;
+a client that leaves mid-stream does not stop the server (§4.1; issue 5)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from adaspark import arms, chat
+from adaspark.client import ChatClient, ServerReplyError
+from adaspark.decode import generate
+
+pytestmark = pytest.mark.server
+
+TEMPLATE = Path(__file__).parent / "qwen_style_template.jinja"
+MESSAGES = [{"role": "user", "content": "Write three short sentences about the moon."}]
+MAX_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def replies(ours):
+    with ChatClient(ours.url) as c:
+        plain = c.chat(MESSAGES, max_tokens=MAX_TOKENS, stream=False)
+        streamed = c.chat(MESSAGES, max_tokens=MAX_TOKENS)
+        again = c.chat(MESSAGES, max_tokens=MAX_TOKENS)
+    return plain, streamed, again
+
+
+def test_stream_equals_plain_equals_engine(replies, tiny_cfg):
+    plain, streamed, again = replies
+    assert streamed.text == plain.text == again.text and plain.text
+    assert streamed.completion_tokens == plain.completion_tokens
+    parts = arms.build(tiny_cfg, tiny_cfg.arms.chain3, exact=True)
+    try:
+        t = parts.target
+        text = chat.render(TEMPLATE.read_text(), MESSAGES)
+        prompt = t.tokenize(text, add_special=t.add_bos, parse_special=True)
+        gen = generate(t, prompt, MAX_TOKENS, parts.rule, parts.drafter, parts.block_positions)
+        direct = t.detokenize([x for x in gen.tokens if not t.is_eog(x)])
+    finally:
+        parts.close()
+    assert direct == streamed.text
+    assert len(gen.tokens) == streamed.completion_tokens
+    assert len(prompt) == streamed.prompt_tokens
+
+
+def test_client_timing_fields_are_consistent(replies):
+    _, r, again = replies
+    assert r.t_request < r.t_first <= r.t_last <= r.t_done
+    assert r.ttft_s > 0 and r.decode_s > 0
+    assert r.decode_tps == pytest.approx((r.completion_tokens - 1) / (r.t_last - r.t_first))
+    # one event per generated token: every token but the end-of-generation one shows text
+    eog = r.finish_reason == "stop"
+    assert r.n_token_events == r.completion_tokens - (1 if eog else 0)
+    tm = r.timings
+    assert tm["predicted_n"] == r.completion_tokens
+    assert 1 <= tm["rounds"] <= r.completion_tokens
+    assert 0 <= tm["draft_n_accepted"] <= tm["draft_n"] and tm["draft_n"] > 0
+    assert tm["by_source"]["drafter"]["drafted"] == tm["draft_n"]
+    # the client's decode interval lies inside the server's decode time (plus transport)
+    assert r.decode_s <= tm["predicted_ms"] / 1e3 + 0.25
+    # the repeated request reuses the whole prompt's cache (llama-server's cache_prompt)
+    assert again.timings["cache_n"] == again.prompt_tokens - 1
+
+
+def test_health_and_models(ours):
+    h = httpx.get(f"{ours.url}/health").json()
+    assert h["status"] == "ok" and h["busy"] is False
+    m = httpx.get(f"{ours.url}/v1/models").json()["data"][0]
+    assert m["meta"]["arm"]["name"] == "chain3" and m["meta"]["exact"] is True
+    assert m["meta"]["models"]["target"]["sha256"]
+    assert m["meta"]["chat_template"]["format"] == "tagged"
+
+
+def test_bad_requests_get_errors_and_the_server_stays_up(ours):
+    url = f"{ours.url}/v1/chat/completions"
+    r = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    r = httpx.post(url, json={"messages": [{"role": "user", "content": 5}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content"
+    r = httpx.post(url, json={"messages": MESSAGES, "max_tokens": -1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+    long = " ".join(["moon"] * 3000)
+    r = httpx.post(url, json={"messages": [{"role": "user", "content": long}]})
+    assert r.status_code == 400 and "does not fit the context" in r.json()["error"]["message"]
+    assert httpx.get(f"{ours.url}/nowhere").status_code == 404
+    assert httpx.get(url).status_code == 405
+    r = httpx.post(url, json={"messages": MESSAGES, "temperature": 1})
+    assert r.status_code == 400 and "greedily" in r.json()["error"]["message"]
+    with ChatClient(ours.url) as c:
+        with pytest.raises(ServerReplyError, match="400"):
+            c.chat([{"role": "robot", "content": "x"}])
+        ok = c.chat(MESSAGES, max_tokens=4)
+    assert ok.completion_tokens == 4 and ok.finish_reason == "length"
+
+
+def test_one_request_at_a_time_and_a_client_that_leaves(ours):
+    url = f"{ours.url}/v1/chat/completions"
+    body = {"messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+            "max_tokens": 600, "stream": True}
+    with httpx.Client(timeout=60) as http, http.stream("POST", url, json=body) as s:
+        assert s.status_code == 200
+        lines = s.iter_lines()  # read a few events and keep the stream open
+        n = 0
+        while n < 5:
+            n += next(lines).startswith("data:")
+        busy = httpx.post(url, json={"messages": MESSAGES, "max_tokens": 2})
+        assert busy.status_code == 503 and "one request at a time" in busy.json()["error"][
+            "message"]
+    # the stream is closed mid-reply: the decode stops after its round, the server goes on
+    t0 = time.monotonic()
+    while httpx.get(f"{ours.url}/health").json()["busy"]:
+        assert time.monotonic() - t0 < 10, "the abandoned decode did not stop"
+        time.sleep(0.05)
+    with ChatClient(ours.url) as c:
+        r = c.chat(MESSAGES, max_tokens=MAX_TOKENS)
+    assert r.completion_tokens > 0 and json.dumps(r.timings)

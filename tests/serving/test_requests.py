@@ -1,0 +1,143 @@
+"""Request validation and the runner's bookkeeping, without a model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from adaspark.client import Reply
+from adaspark.runner import (
+    ArmEntry,
+    ReplyRow,
+    ResultStore,
+    RunError,
+    RunMismatchError,
+    RunSettings,
+    make_row,
+    reply_status,
+    row_message,
+    tool_result_messages,
+)
+from adaspark.server import RequestError, merge_deltas, parse_request
+from adaspark.testset import Conversation, Turn
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("body,field", [
+    ([], None),
+    ({"messages": []}, "messages"),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": [{"role": "bot", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ({"messages": MSG, "stream": "yes"}, "stream"),
+    ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
+    ({"messages": MSG, "max_tokens": "8"}, "max_tokens"),
+    ({"messages": MSG, "temperature": 0.7}, "temperature"),
+    ({"messages": MSG, "temperature": "0"}, "temperature"),
+    ({"messages": MSG, "tools": {"name": "f"}}, "tools"),
+    ({"messages": MSG, "tools": [{"type": "function", "function": {}}]}, "tools"),
+    ({"messages": MSG, "tool_choice": "required"}, "tool_choice"),
+    ({"messages": MSG, "stop": ["\n"]}, "stop"),
+])
+def test_bad_requests_name_the_field(body, field):
+    with pytest.raises(RequestError) as e:
+        parse_request(body)
+    assert e.value.status == 400 and e.value.param == field
+    assert e.value.body()["error"]["message"]
+
+
+def test_good_request_and_text_parts():
+    r = parse_request({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                 {"type": "text", "text": "b"}]}],
+                       "stream": True, "max_tokens": 5, "temperature": 0, "model": "x"})
+    assert r.messages[0]["content"] == "ab" and r.stream and r.max_tokens == 5
+
+
+def test_merge_deltas_joins_one_tokens_fragments():
+    d = merge_deltas([{"content": "a"}, {"content": "b"},
+                      {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f",
+                                                                        "arguments": ""}}]},
+                      {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}])
+    assert d == {"content": "ab", "tool_calls": [{"index": 0, "id": "c",
+                                                  "function": {"name": "f", "arguments": "{}"}}]}
+    assert merge_deltas([]) == {}
+
+
+def _reply(n_tokens: int, n_events: int, finish: str = "stop", calls=None) -> Reply:
+    return Reply(text="x" * n_events, tool_calls=calls or [], finish_reason=finish,
+                 prompt_tokens=10, completion_tokens=n_tokens, t_request=0.0,
+                 t_first=0.5 if n_events else None, t_last=0.5 + 0.1 * max(n_events - 1, 0)
+                 if n_events else None, t_done=2.0, n_token_events=n_events, n_chunks=n_events)
+
+
+def test_statuses_follow_the_order():
+    assert reply_status(_reply(40, 39), 128, 8192) == "finished"
+    assert reply_status(_reply(128, 128, "length"), 128, 8192) == "cut"
+    assert reply_status(_reply(8192, 8192, "length"), 8192, 8192) == "looped"
+    assert reply_status(_reply(30, 1, "tool_calls"), 128, 8192) == "single-delta"
+    r = _reply(11, 11)
+    assert r.decode_tps == pytest.approx(10 / 1.0) and r.ttft_s == 0.5
+
+
+CONV = Conversation("ta-1", "tools", "src", "0", 1, "h",
+                    (Turn("tools", "first", "weather?", result='[{"a": 1}, {"b": 2}]'),))
+
+
+def test_rows_append_resume_and_refuse_other_fingerprints(tmp_path):
+    store = ResultStore(tmp_path / "arm")
+    fp = {"binary": {"sha256": "aa"}, "models": {"target": {"sha256": "bb"}}, "run": {"cap": 8}}
+    digest = store.fingerprint_check(fp)
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    row = make_row(_reply(5, 1, "tool_calls", calls), entry=ArmEntry.parse("adaspark@2"),
+                   engine="ours", set_name="toolace", conv=CONV, turn=0, reply_index=0,
+                   max_tokens=8, protocol_cap=8192, fingerprint=digest)
+    assert isinstance(row, ReplyRow) and row.arm == "adaspark" and row.repeat == 2
+    assert row.status == "single-delta" and math.isnan(row.decode_tps)
+    store.append(row)
+    store.append(make_row(_reply(8, 8, "length"), entry=ArmEntry.parse("adaspark@2"),
+                          engine="ours", set_name="toolace", conv=CONV, turn=0, reply_index=1,
+                          max_tokens=8, protocol_cap=8192, fingerprint=digest))
+    rows = ResultStore(tmp_path / "arm").rows()
+    assert [(r["turn"], r["reply"], r["status"]) for r in rows] == [(0, 0, "single-delta"),
+                                                                    (0, 1, "cut")]
+    assert row_message(rows[0]) == {"role": "assistant", "content": "x", "tool_calls": calls}
+    assert store.fingerprint_check(fp) == digest  # same fingerprint: resumes
+    other = json.loads(json.dumps(fp))
+    other["models"]["target"]["sha256"] = "cc"
+    with pytest.raises(RunMismatchError, match=r"models.target.sha256: 'bb' -> 'cc'"):
+        store.fingerprint_check(other)
+
+
+def test_tool_results_split_per_call_or_repeat():
+    calls = [{"id": "a", "function": {"name": "f"}}, {"id": "b", "function": {"name": "g"}}]
+    split = tool_result_messages(calls, '[{"a": 1}, {"b": 2}]')
+    assert [m["content"] for m in split] == ['{"a": 1}', '{"b": 2}']
+    whole = tool_result_messages(calls[:1], '[{"a": 1}, {"b": 2}]')
+    assert whole[0]["content"] == '[{"a": 1}, {"b": 2}]' and whole[0]["tool_call_id"] == "a"
+
+
+def test_run_settings_and_entries():
+    s = RunSettings.from_config(OmegaConf.create({"run": {"subset": "smoke", "cap": 16}}))
+    assert (s.subset, s.cap, s.max_tokens) == ("smoke", 16, 16)
+    with pytest.raises(RunError, match="no `run` section"):
+        RunSettings.from_config(OmegaConf.create({}))
+    with pytest.raises(RunError, match="unknown key"):
+        RunSettings.from_config(OmegaConf.create({"run": {"caps": 3}}))
+    assert ArmEntry.parse("ar") == ArmEntry("ar", "ar", 1)
+    with pytest.raises(RunError):
+        ArmEntry.parse("adaspark@x")
+
+
+def test_run_stage_set_changes_the_params_it_reads():
+    from adaspark.stages.run import apply_sets
+
+    cfg = OmegaConf.create({"run": {"subset": "short", "round_log": False}})
+    apply_sets(cfg, ["run.subset=heldout", "run.round_log=true", "run.cap=64"])
+    s = RunSettings.from_config(cfg)
+    assert (s.subset, s.round_log, s.cap) == ("heldout", True, 64)
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        apply_sets(cfg, ["run.subset"])
