@@ -30,8 +30,7 @@ TINY_ARGS = ["target=tiny", "drafter=tiny-truncated", f"target.n_ctx={N_CTX}",
 @pytest.fixture(scope="session")
 def tiny_cfg():
     """The composed config for the tiny pair with every arm the tests use under ``arms``."""
-    return compose([*TINY_ARGS, "+arm@arms.llamacpp-chain=llamacpp-chain",
-                    "+arm@arms.llamacpp-ar=llamacpp-ar"])
+    return compose(TINY_ARGS)
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +55,7 @@ def ours(tiny_cfg, tmp_path_factory) -> Iterator[ServerProcess]:
 def llama(tmp_path_factory) -> Iterator[ServerProcess]:
     d = tmp_path_factory.mktemp("llama")
     args = ["drafter=tiny-self" if a.startswith("drafter=") else a for a in TINY_ARGS]
-    cfg = compose([*args, "+arm@arms.llamacpp-chain=llamacpp-chain"])
+    cfg = compose(args)
     spec = spec_from_config(cfg, cfg.arms["llamacpp-chain"], port=free_port(),
                             chat_template_file=TEMPLATE)
     with llama_server_process(spec, d / "server.log", startup_timeout_s=120) as proc:
