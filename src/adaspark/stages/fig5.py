@@ -29,6 +29,8 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from adaspark.stages import load_params
+
 
 @dataclass(frozen=True)
 class Fig5Settings:
@@ -166,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default="runs/fig5", type=Path)
     a = ap.parse_args(argv)
-    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
-    assert isinstance(params, dict)
+    params = load_params(a.params)
     try:
         path = run_fig5(params, a.out)
     except (FileNotFoundError, KeyError, ValueError, RuntimeError) as e:

@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from adaspark.figures import FIGURES
 from adaspark.figures.style import info_of, save
+from adaspark.stages import load_params
 from adaspark.stages.tables import options_from_params
 from adaspark.tables import Options, Records
 from adaspark.tables.inputs import MissingInputError
@@ -65,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="figures", type=Path)
     ap.add_argument("--only", default="", help="comma-separated figure names (fig3,fig8)")
     a = ap.parse_args(argv)
-    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
-    assert isinstance(params, dict)
+    params = load_params(a.params)
     only = [x for x in a.only.split(",") if x] or None
     index, errors = write_figures(a.runs, a.out, options_from_params(params), only)
     for e in index["figures"]:

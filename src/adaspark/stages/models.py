@@ -11,9 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from adaspark import model_files
+from adaspark.stages import load_params
 
 
 def check_models(params: dict, out: Path) -> dict[str, dict]:
@@ -47,10 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default="runs/models.json")
     a = ap.parse_args(argv)
-    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
     try:
-        rec = check_models(params, Path(a.out))  # type: ignore[arg-type]
-    except (model_files.ModelFileError, KeyError) as e:
+        rec = check_models(load_params(a.params), Path(a.out))
+    except (model_files.ModelFileError, KeyError, FileNotFoundError, ValueError) as e:
         print(f"models: {e}", file=sys.stderr)
         return 1
     for role, r in rec.items():

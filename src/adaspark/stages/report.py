@@ -13,9 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from adaspark.report import write_report
+from adaspark.stages import load_params
 from adaspark.stages.tables import options_from_params
 
 
@@ -27,8 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--figures", default="figures", type=Path)
     ap.add_argument("--out", default="paper", type=Path)
     a = ap.parse_args(argv)
-    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
-    assert isinstance(params, dict)
+    params = load_params(a.params)
     if not (a.tables / "tables.json").is_file():
         print(f"report: {a.tables / 'tables.json'} is missing: the `tables` stage makes it "
               "(dvc repro tables)", file=sys.stderr)

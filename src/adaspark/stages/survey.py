@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import pandas as pd
 from omegaconf import OmegaConf
 
+from adaspark.stages import load_params
 from adaspark.survey import SURVEY_COLUMNS, median_table
 
 
@@ -209,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--out", default="runs/survey", type=Path)
     a = ap.parse_args(argv)
-    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
-    assert isinstance(params, dict)
+    params = load_params(a.params)
     try:
         path = run_survey(params, a.out)
     except (FileNotFoundError, ValueError, RuntimeError) as e:

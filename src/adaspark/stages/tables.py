@@ -21,9 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from adaspark import stats
+from adaspark.stages import load_params
 from adaspark.tables import TABLES, Options, Records
 from adaspark.tables.inputs import MissingInputError
 from adaspark.tables.render import formatted, missing_cells, write_table
@@ -86,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="paper/tables", type=Path)
     ap.add_argument("--only", default="", help="comma-separated table names (table1,table4)")
     a = ap.parse_args(argv)
-    params = OmegaConf.to_container(OmegaConf.load(a.params), resolve=True)
-    assert isinstance(params, dict)
+    params = load_params(a.params)
     only = [x for x in a.only.split(",") if x] or None
     index, errors = write_tables(a.runs, a.out, options_from_params(params), only)
     for e in index["tables"]:
