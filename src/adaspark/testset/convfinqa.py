@@ -100,15 +100,8 @@ def build(
         make_conversation(f"cf-{i}", KIND, HUB.repo, c.source_id, c.texts)
         for i, c in enumerate(taken, start=1)
     ]
-    provenance = {
-        "source": HUB.repo,
-        "config": HUB.config,
-        "split": HUB.split,
-        "revision": HUB.revision,
-        "dropped_unparsable": dropped.unparsable,
-        "builder": __name__,
-        "params": {"single_category": n_conversations, "cap_chars": cap},
-    }
+    provenance = HUB.provenance(__name__, {"single_category": n_conversations, "cap_chars": cap},
+                                dropped_unparsable=dropped.unparsable)
     return SetFile(NAME, conversations, provenance)
 
 

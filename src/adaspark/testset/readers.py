@@ -33,6 +33,12 @@ class HubSource:
     #: glob patterns, relative to the mirror root, of the split's files in the repository
     mirror_patterns: tuple[str, ...]
 
+    def provenance(self, builder: str, params: dict[str, Any], **counts: Any) -> dict[str, Any]:
+        """A built set file's provenance: this source at its revision, what the build counted
+        (``counts``), the building module and the rule's parameters."""
+        return {"source": self.repo, "config": self.config, "split": self.split,
+                "revision": self.revision, **counts, "builder": builder, "params": params}
+
     def download_hint(self, root: Path) -> str:
         return (
             f"huggingface-cli download --repo-type dataset {self.repo} "

@@ -52,15 +52,8 @@ def build(
         make_conversation(name, c.category, SOURCE, c.source_id, c.texts)
         for name, c in zip(names, fill.taken, strict=True)
     ]
-    provenance = {
-        "source": HUB.repo,
-        "config": HUB.config,
-        "split": HUB.split,
-        "revision": HUB.revision,
-        "skipped_over_cap": fill.skipped_over_cap,
-        "builder": __name__,
-        "params": {"turns_per_category": turns_per_category, "cap_chars": cap},
-    }
+    params = {"turns_per_category": turns_per_category, "cap_chars": cap}
+    provenance = HUB.provenance(__name__, params, skipped_over_cap=fill.skipped_over_cap)
     return SetFile(NAME, conversations, provenance)
 
 

@@ -98,15 +98,8 @@ def build(
     counts = _Counts()
     taken = first_n(dialogues(rows, cap=cap, counts=counts), n_conversations)
     conversations = [to_conversation(f"ta-{i}", d) for i, d in enumerate(taken, start=1)]
-    provenance = {
-        "source": HUB.repo,
-        "config": HUB.config,
-        "split": HUB.split,
-        "revision": HUB.revision,
-        "no_schema": counts.no_schema,
-        "builder": __name__,
-        "params": {"single_category": n_conversations, "cap_chars": cap},
-    }
+    provenance = HUB.provenance(__name__, {"single_category": n_conversations, "cap_chars": cap},
+                                no_schema=counts.no_schema)
     return SetFile(NAME, conversations, provenance)
 
 

@@ -70,15 +70,8 @@ def build(
         make_conversation(f"wc-{i}", KIND, HUB.repo, c.source_id, c.texts)
         for i, c in enumerate(taken, start=1)
     ]
-    provenance = {
-        "source": HUB.repo,
-        "config": HUB.config,
-        "split": HUB.split,
-        "revision": HUB.revision,
-        "scanned": scanned.n,
-        "builder": __name__,
-        "params": {"single_category": n_conversations, "cap_chars": cap},
-    }
+    provenance = HUB.provenance(__name__, {"single_category": n_conversations, "cap_chars": cap},
+                                scanned=scanned.n)
     return SetFile(NAME, conversations, provenance)
 
 
