@@ -620,7 +620,9 @@ def launch(cfg: Any, entry: ArmEntry, arm: dict[str, Any], out_dir: Path,
     from adaspark.server import free_port
 
     port = settings.port or free_port(settings.host)
-    template = Path(settings.chat_template) if settings.chat_template else None
+    # The server runs from the package's checkout; hand it absolute paths.
+    out_dir = out_dir.resolve()
+    template = Path(settings.chat_template).resolve() if settings.chat_template else None
     if engine_of(arm) == "llama-server":
         spec = llama_server.spec_from_config(cfg, OmegaConf.create(arm), port=port,
                                              host=settings.host, chat_template_file=template)
