@@ -84,7 +84,9 @@ def generate(
         plan = rule.plan(state, block)
         fixed_s = time.perf_counter() - t_round
         res = target.verify(plan.tree, want_gaps=want_gaps)
+        t_commit = time.perf_counter()
         new = target.commit(res)
+        commit_s = time.perf_counter() - t_commit
         path = target.last_path
         room = max_tokens - len(gen.tokens)
         emitted = new[:room]
@@ -107,7 +109,9 @@ def generate(
             stats.n_drafted += plan.tree.n_rows - 1
             stats.n_accepted += len(path) - 1
         rule.observe(plan, RoundOutcome(path=path, new_tokens=new, verify_s=res.verify_s,
-                                        fixed_s=fixed_s))
+                                        fixed_s=fixed_s,
+                                        draft_s=block.draft_s if block is not None else 0.0,
+                                        commit_s=commit_s))
         if on_tokens is not None and emitted:
             on_tokens(emitted)
         if gen.stop == "eog":

@@ -670,30 +670,26 @@ def _timed_replies(client: ChatClient, p: Planned, done: dict[tuple[str, str, in
     """Walk one conversation: yield ``(turn, reply, Reply or None when stored, message)``."""
     conv = p.conversation
     messages: list[dict[str, Any]] = []
+
+    def reply(ti: int, ri: int) -> tuple[Reply | None, dict[str, Any]]:
+        """Reply ``ri`` of turn ``ti``: the stored row's message, or a timed request now."""
+        stored = done.get((p.set_name, conv.name, ti, ri))
+        if stored is not None:
+            return None, row_message(stored)
+        r = client.chat(messages, max_tokens=max_tokens, tools=conv.tools,
+                        request_id=reply_id(p.set_name, conv.name, ti, ri))
+        return r, r.message()
+
     for ti, turn in enumerate(conv.turns[: p.n_turns]):
         messages.append({"role": "user", "content": turn.text})
-        stored = done.get((p.set_name, conv.name, ti, 0))
-        if stored is not None:
-            msg0 = row_message(stored)
-            yield ti, 0, None, msg0
-        else:
-            r = client.chat(messages, max_tokens=max_tokens, tools=conv.tools,
-                            request_id=reply_id(p.set_name, conv.name, ti, 0))
-            msg0 = r.message()
-            yield ti, 0, r, msg0
+        r0, msg0 = reply(ti, 0)
+        yield ti, 0, r0, msg0
         messages.append(msg0)
         if turn.result is None or not msg0.get("tool_calls"):
             continue
         messages += tool_result_messages(msg0["tool_calls"], turn.result)
-        stored = done.get((p.set_name, conv.name, ti, 1))
-        if stored is not None:
-            msg1 = row_message(stored)
-            yield ti, 1, None, msg1
-        else:
-            r = client.chat(messages, max_tokens=max_tokens, tools=conv.tools,
-                            request_id=reply_id(p.set_name, conv.name, ti, 1))
-            msg1 = r.message()
-            yield ti, 1, r, msg1
+        r1, msg1 = reply(ti, 1)
+        yield ti, 1, r1, msg1
         messages.append(msg1)
 
 

@@ -53,12 +53,17 @@ class RoundPlan:
 @dataclass
 class RoundOutcome:
     """What the verify did: the accepted rows (from the anchor), the committed tokens, the
-    measured verify time and the round's fixed cost D (drafter forward plus tree build)."""
+    measured verify time and the round's fixed cost D (drafter forward plus tree build).
+
+    ``draft_s`` is the drafter's part of D (the rest is the tree build: the rule's ``plan``);
+    ``commit_s`` is the target's commit after the verify (Figure 7's anatomy of a round)."""
 
     path: list[int]
     new_tokens: list[int]
     verify_s: float
     fixed_s: float
+    draft_s: float = 0.0
+    commit_s: float = 0.0
 
 
 class WidthRule(ABC):

@@ -71,3 +71,30 @@ def test_source_change_ranks() -> None:
     src = pd.Series(["a", "a", "b", "b", "b"])
     ((rank, below),) = source_change_ranks(red, src)
     assert rank == 0.0 and below  # 0.05 is the lowest of b's others (0.3, 0.1)
+
+
+def _round_log(split: bool) -> pd.DataFrame:
+    """Six warm rounds at 8 rows, two at 4, one cold-start round at 16 (known medians)."""
+    widths = [8, 8, 8, 8, 8, 8, 4, 4, 16]
+    rows = []
+    for i, w in enumerate(widths):
+        row = {"width": w, "why": "cold-start" if w == 16 else "choice", "status": "finished",
+               "fixed_s": 0.010 + 0.001 * i, "measured_verify_s": 0.030 + 0.002 * i,
+               "committed": 3}
+        if split:
+            row |= {"draft_s": 0.008 + 0.001 * i, "tree_build_s": 0.002, "commit_s": 0.0005}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_figure7_splits_the_round_into_draft_tree_verify_commit(fast: Options) -> None:
+    from adaspark.figures.fig7 import figure7_round_anatomy, round_anatomy
+
+    a = round_anatomy(_round_log(split=True))
+    assert a["width"] == 8 and a["share"] == pytest.approx(6 / 8)  # cold start left out
+    assert a["draft_ms"] == pytest.approx(10.5) and a["tree_ms"] == pytest.approx(2.0)
+    assert a["verify_ms"] == pytest.approx(35.0) and a["commit_ms"] == pytest.approx(0.5)
+    caption = info_of(figure7_round_anatomy(_round_log(split=True), None, fast.target))["caption"]
+    assert "draft 10.5, tree build 2.0, verify 35.0, commit 0.5 ms at 8 rows (75% of" in caption
+    old = info_of(figure7_round_anatomy(_round_log(split=False), None, fast.target))["caption"]
+    assert "draft + tree build 12.5, verify 35.0 ms at 8 rows" in old

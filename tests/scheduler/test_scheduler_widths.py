@@ -115,3 +115,32 @@ def test_width1_is_not_chosen_when_drafting_pays() -> None:
     reps = Simulator(env).run(AdaSparkRule(offer_width1=True), range(4), [300], 150)
     late = [w for r in reps[1:] for w in r.widths]
     assert late.count(1) == 0
+
+
+def test_the_counterfactual_width_prices_ngram_only_candidates_at_zero(tmp_path) -> None:
+    """Table 7's "widened": three weak drafter picks, then a strong six-node n-gram chain. With
+    the chain Eq. (7) takes 8 rows; with it priced at zero, 2 rows."""
+    import numpy as np
+
+    from adaspark.scheduler.candidate_tree import NGRAM, PICK, CandidateTree
+    from adaspark.scheduler.chooser import Gains, Valuer, choose
+    from adaspark.scheduler.scheduler import RoundContext
+
+    rule = AdaSparkRule(log_dir=str(tmp_path / "rounds"))
+    cands = CandidateTree()
+    cands.tokens = list(range(9))
+    cands.parent = [-1, 0, 1, 0, 3, 4, 5, 6, 7]
+    cands.kind = [PICK] * 3 + [NGRAM] * 6
+    cands.agreed = [False] * 9
+    q = np.array([0.3, 0.2, 0.2] + [0.95] * 6)
+    offered = [(2, 0.010), (4, 0.012), (8, 0.016)]
+    rc = RoundContext(context=500, drafted=True, why="choice", width=0, cands=cands, q=q,
+                      n0=2, gains=Gains(), predicted_fixed=0.005, rho=None, offered=offered,
+                      incumbent_before=8)
+    _, s, s_ng = rule._order(cands, q)
+    with_ngram = choose(Valuer(s, s_ng, 2, Gains(), 0.005, None), offered, 8,
+                        rule.cfg.width_choice)
+    assert with_ngram.width == 8
+    assert rule._width_without_ngram(rc) == 2
+    cands.kind = [PICK] * 9  # no n-gram-only candidate: nothing to compare
+    assert rule._width_without_ngram(rc) is None

@@ -6,9 +6,10 @@ per round at that width. The text beside each bar also gives the tokens per roun
 milliseconds per token over all rounds, other widths included, beside the same engine's
 autoregressive (AR) milliseconds per token on the short subset."
 
-From the instrumented AdaSpark run's round log: the round's fixed cost D (``fixed_s``: the
-drafter's forward and the tree build, recorded together) and the verify (``measured_verify_s``);
-the commit is not recorded separately. Cold-start rounds are left out of the modal width. The AR
+From the instrumented AdaSpark run's round log: the drafter's forward (``draft_s``), the tree
+build (``tree_build_s``: the rest of the round's fixed cost D, ``fixed_s``), the verify
+(``measured_verify_s``) and the commit (``commit_s``). A log written before the parts were
+recorded draws D as one bar. Cold-start rounds are left out of the modal width. The AR
 milliseconds per token are 1,000 over the ``ar`` arm's decode tok/s.
 """
 
@@ -47,17 +48,39 @@ def round_anatomy(rounds: pd.DataFrame) -> dict[str, float]:
         return {}
     mode = int(counts.index[0])
     at = warm[warm["width"] == mode]
-    seconds = float((r["fixed_s"] + r["measured_verify_s"]).sum())
+    parts_s = ["fixed_s", "measured_verify_s"] + (["commit_s"] if "commit_s" in r.columns else [])
+    seconds = float(r[parts_s].sum().sum())
     committed = float(r["committed"].sum())
+
+    def median_ms(column: str) -> float:
+        return 1e3 * float(at[column].median()) if column in at.columns else math.nan
+
     return {
         "width": mode, "share": float(counts.iloc[0] / counts.sum()),
-        "fixed_ms": 1e3 * float(at["fixed_s"].median()),
-        "verify_ms": 1e3 * float(at["measured_verify_s"].median()),
+        "fixed_ms": median_ms("fixed_s"),
+        "draft_ms": median_ms("draft_s"),
+        "tree_ms": median_ms("tree_build_s"),
+        "commit_ms": median_ms("commit_s"),
+        "verify_ms": median_ms("measured_verify_s"),
         "tokens_at_width": float(at["committed"].mean()),
         "tokens_per_round": committed / len(r),
         "ms_per_token": 1e3 * seconds / committed if committed else math.nan,
         "rounds": float(len(r)),
     }
+
+
+def _parts(a: dict[str, float]) -> list[tuple[str, float, str]]:
+    """The bar's segments: (label, median ms, colour), D split when the log has its parts."""
+    if not any(math.isnan(a[k]) for k in ("draft_ms", "tree_ms", "commit_ms")):
+        return [("draft", a["draft_ms"], "orange"), ("tree build", a["tree_ms"], "green"),
+                ("verify", a["verify_ms"], "blue"), ("commit", a["commit_ms"], "grey")]
+    return [("draft + tree build", a["fixed_ms"], "orange"), ("verify", a["verify_ms"], "blue")]
+
+
+def _parts_text(parts: list[tuple[str, float, str]]) -> str:
+    if len(parts) == 4:
+        return "the drafter's forward, the tree build, the verify and the commit"
+    return "the drafter's forward and tree build (recorded together) and the verify"
 
 
 def figure7_round_anatomy(rounds: pd.DataFrame, ar_replies: pd.DataFrame | None,
@@ -74,10 +97,12 @@ def figure7_round_anatomy(rounds: pd.DataFrame, ar_replies: pd.DataFrame | None,
             return attach_caption(fig, "No AdaSpark round was logged.", label="Figure 7",
                                   title="Anatomy of a round", filled_by=FILLED_BY,
                                   complete=False)
-        ax.barh([0], [a["fixed_ms"]], color=COLOURS["orange"], label="draft + tree build (D)")
-        ax.barh([0], [a["verify_ms"]], left=[a["fixed_ms"]], color=COLOURS["blue"],
-                label="verify")
-        total = a["fixed_ms"] + a["verify_ms"]
+        parts = _parts(a)
+        left = 0.0
+        for label, ms, colour in parts:
+            ax.barh([0], [ms], left=[left], color=COLOURS[colour], label=label)
+            left += ms
+        total = left
         text = (f"{a['tokens_at_width']:.2f} tok/round at {a['width']} rows; all rounds "
                 f"{a['tokens_per_round']:.2f} tok/round, {a['ms_per_token']:.1f} ms/token"
                 + (f" (AR {ar_ms:.1f})" if not math.isnan(ar_ms) else ""))
@@ -89,11 +114,12 @@ def figure7_round_anatomy(rounds: pd.DataFrame, ar_replies: pd.DataFrame | None,
         ax.legend(frameon=False, loc="upper right", ncols=2)
         caption = (
             f"Anatomy of an AdaSpark round on {target}, at the width its rounds most often ran: "
-            "the drafter's forward and tree build (recorded together) and the verify (medians), "
+            f"{_parts_text(parts)} (medians), "
             "and the tokens committed per round at that width; beside the bar, the tokens per "
             "round and milliseconds per token over all rounds, beside the autoregressive "
-            f"milliseconds per token on the {ar_subset or 'main'} subset. {target}: draft and "
-            f"tree {a['fixed_ms']:.1f}, verify {a['verify_ms']:.1f} ms at {a['width']} rows "
+            f"milliseconds per token on the {ar_subset or 'main'} subset. {target}: "
+            + ", ".join(f"{label} {ms:.1f}" for label, ms, _ in parts)
+            + f" ms at {a['width']} rows "
             f"({a['share']:.0%} of rounds); {a['ms_per_token']:.1f} ms per token"
             + (f" against {ar_ms:.1f} ms in autoregressive decode." if not math.isnan(ar_ms)
                else "; the AR arm was not run in this preset.")

@@ -48,6 +48,9 @@ class RoundRecord:
     measured_verify_s: float
     predicted_fixed_s: float | None
     fixed_s: float                   # D: drafter forward plus tree build (0 for width 1)
+    draft_s: float                   # the drafter's forward, part of D (Figure 7)
+    tree_build_s: float              # the rest of D: candidates, n-gram fill, order, layout
+    commit_s: float                  # the target's commit after the verify (Figure 7)
     committed: int                   # tokens committed (accepted path plus the bonus)
     accepted_path: list[int]         # rows of the accepted path, from the anchor
     rows_drafter: int                # verified rows by source: drafter only, agreed, n-gram only
@@ -60,6 +63,10 @@ class RoundRecord:
     logloss_fitted: float | None     # per labelled node, scored before learning
     logloss_head: float | None
     guard: str                       # which estimate priced the tree: fitted | head
+    width_without_ngram: int | None  # Table 7: the chooser's width with the n-gram-only
+                                     #   candidates priced at zero (None: no such candidate,
+                                     #   or the width was not chosen by Eq. (7) this round)
+    ngram_widened: bool | None       # the chosen width is wider than width_without_ngram
 
 
 @dataclass
@@ -102,7 +109,8 @@ def _arrow(tp: Any) -> pa.DataType:
     name = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
     table = {
         "str": pa.string(), "int": pa.int64(), "bool": pa.bool_(), "float": pa.float64(),
-        "float | None": pa.float64(), "list[int]": pa.list_(pa.int64()),
+        "float | None": pa.float64(), "int | None": pa.int64(), "bool | None": pa.bool_(),
+        "list[int]": pa.list_(pa.int64()),
         "list[float]": pa.list_(pa.float64()),
     }
     if name not in table:

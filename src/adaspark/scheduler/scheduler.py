@@ -87,6 +87,9 @@ class RoundContext:
     predicted_verify: float | None = None
     predicted_fixed: float | None = None
     s_chosen: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    q: np.ndarray | None = None          # the q that priced the tree (head or fitted)
+    width_chosen: int = 0                # Eq. (7)'s pick (the tree may hold fewer rows)
+    incumbent_before: int = 0            # the incumbent Eq. (7) compared against
 
 
 @dataclass
@@ -283,13 +286,10 @@ class AdaSparkRule(WidthRule):
             rc.q_model = self.model.probabilities(cands, terms, parent)
             if self.model.prices():
                 q, rc.priced_fitted = rc.q_model, True
-        order_arr, S = best_first_order(cands.parent, q)
+        rc.q = q
+        order_arr, S, s_ng = self._order(cands, q)
         n = len(cands)
-        is_ng = np.asarray(cands.kind) == NGRAM
-        if self.agreed_counts:
-            is_ng |= np.asarray(cands.agreed, dtype=bool)
-        Q_sorted = np.diff(S)
-        s_ng = np.concatenate(([0.0], np.cumsum(Q_sorted * is_ng[order_arr])))
+        is_ng = self._counts_as_ngram(cands)
         rank = np.empty(n, dtype=np.int64)
         rank[order_arr] = np.arange(n)
         rc.s, rc.s_ng, rc.rank = S, s_ng, rank
@@ -317,6 +317,38 @@ class AdaSparkRule(WidthRule):
         self._tick("layout")
         return AdaSparkPlan(tree, None, rows, why=rc.why,
                             info={"width": tree.n_rows, "S": s_all}, round=rc)
+
+    def _counts_as_ngram(self, cands: CandidateTree) -> np.ndarray:
+        """The candidates Eq. (7) prices with the n-gram gain: n-gram-only, and agreed ones when
+        ``agreed_counts_as`` says so."""
+        is_ng = np.asarray(cands.kind) == NGRAM
+        if self.agreed_counts:
+            is_ng |= np.asarray(cands.agreed, dtype=bool)
+        return is_ng
+
+    def _order(self, cands: CandidateTree,
+               q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Proposition 1's order, ``S`` and ``S_ng`` (the n-gram part of ``S``) under ``q``."""
+        order, S = best_first_order(cands.parent, q)
+        s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * self._counts_as_ngram(cands)[order])))
+        return order, S, s_ng
+
+    def _width_without_ngram(self, rc: RoundContext) -> int | None:
+        """Table 7: the width Eq. (7) would take with the round's n-gram-only candidates priced
+        at zero (``q = 0``: they, and everything below them, expect nothing), from the same
+        prices, gains, rho and incumbent. ``None`` when Eq. (7) did not choose this round's
+        width or the round has no n-gram-only candidate. Computed when the round is logged,
+        after the verify, so it never adds to the round's measured D."""
+        cands = rc.cands
+        if (rc.why != "choice" or cands is None or rc.q is None or rc.gains is None
+                or rc.predicted_fixed is None or not rc.offered):
+            return None
+        ng_only = np.asarray(cands.kind) == NGRAM
+        if not ng_only.any():
+            return None
+        _, S0, s_ng0 = self._order(cands, np.where(ng_only, 0.0, rc.q))
+        valuer = Valuer(S0, s_ng0, rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
+        return choose(valuer, rc.offered, rc.incumbent_before, self.cfg.width_choice).width
 
     def _choose_width(self, state: RoundState, rc: RoundContext) -> int:
         """Lines 7-10: pinned, cold start, or Eq. (7) with the hysteresis and the split test."""
@@ -348,6 +380,7 @@ class AdaSparkRule(WidthRule):
         valuer = Valuer(rc.s, rc.s_ng, rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
         incumbent = self.incumbent or max(w for w, _ in offered)
         pick = choose(valuer, offered, incumbent, cw)
+        rc.width_chosen, rc.incumbent_before = pick.width, incumbent
         self.incumbent = pick.width
         rc.predicted_verify = dict(offered)[pick.width]
         table.hold(pick.width)
@@ -518,6 +551,7 @@ class AdaSparkRule(WidthRule):
     def _record(self, plan: RoundPlan, rc: RoundContext, outcome: RoundOutcome) -> RoundRecord:
         g = rc.gains or Gains()
         cands = rc.cands
+        without_ngram = self._width_without_ngram(rc)
         rows_src = {"drafter": 0, "agreed": 0, "ngram": 0}
         acc_src = {"drafter": 0, "agreed": 0, "ngram": 0}
         if cands is not None:
@@ -538,12 +572,17 @@ class AdaSparkRule(WidthRule):
             predicted_verify_s=rc.predicted_verify, measured_verify_s=outcome.verify_s,
             predicted_fixed_s=rc.predicted_fixed if rc.drafted else 0.0,
             fixed_s=outcome.fixed_s if rc.drafted else 0.0,
+            draft_s=outcome.draft_s if rc.drafted else 0.0,
+            tree_build_s=max(outcome.fixed_s - outcome.draft_s, 0.0) if rc.drafted else 0.0,
+            commit_s=outcome.commit_s,
             committed=len(outcome.new_tokens), accepted_path=list(outcome.path),
             rows_drafter=rows_src["drafter"], rows_agreed=rows_src["agreed"],
             rows_ngram=rows_src["ngram"], accepted_drafter=acc_src["drafter"],
             accepted_agreed=acc_src["agreed"], accepted_ngram=acc_src["ngram"],
             n_labelled=0, logloss_fitted=None, logloss_head=None,
-            guard="fitted" if rc.priced_fitted else "head")
+            guard="fitted" if rc.priced_fitted else "head",
+            width_without_ngram=without_ngram,
+            ngram_widened=None if without_ngram is None else without_ngram < rc.width_chosen)
 
     # -- the store -------------------------------------------------------------------------------
 

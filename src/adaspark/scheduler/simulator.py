@@ -125,6 +125,7 @@ class Environment:
     drafter: DrafterProcess = DrafterProcess()
     fixed: float = 0.01
     fixed_slope: float = 0.0
+    draft_share: float = 0.8          # the drafter's part of D (the rest: the tree build)
     noise: OneSidedNoise = OneSidedNoise()
     max_rows: int = 64
     seed: int = 0
@@ -265,7 +266,7 @@ class Simulator:
             verify_s = env.cost(plan.tree.n_rows, L) * w.noise_verify[L]
             path, new = self.verify(w, L, plan.tree)
             rule.observe(plan, RoundOutcome(path=path, new_tokens=new, verify_s=verify_s,
-                                            fixed_s=fixed))
+                                            fixed_s=fixed, draft_s=env.draft_share * fixed))
             committed.extend(new)
             reply.tokens += len(new)
             reply.seconds += fixed + verify_s

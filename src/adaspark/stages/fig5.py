@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -88,42 +87,21 @@ def _set_rule_key(arm: dict[str, Any], key: str, value: Any) -> None:
 
 def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = print) -> Path:
     """Decode every (context, prompt, width) once; write ``fig5.parquet`` and ``fig5.json``."""
-    import adaspark.drafter.draft_model  # noqa: F401  (registers the draft-model drafter)
     from adaspark import arms as arm_parts
-    from adaspark import model_files, paths, provenance
     from adaspark.decode import generate
-    from adaspark.drafter.base import make_drafter
-    from adaspark.engine import Target
     from adaspark.figures.fig5 import FIG5_COLUMNS
-    from adaspark.report import machine_info
-    from adaspark.testset import load_checked_sets
-    from adaspark.testset.microbench import RESERVE_TOKENS, microbench_prompts
+    from adaspark.stages.measured import model_pair, prompts_by_context, write_outputs
+    from adaspark.testset.microbench import RESERVE_TOKENS
 
     settings = Fig5Settings.from_section(params.get("fig5"))
     cfg = OmegaConf.create(params)
     scheduler = cfg.get("scheduler")
     arms = {w: pinned_arm(params, w) for w in settings.widths}
-    t0 = time.perf_counter()
-    tpath, tsha = model_files.resolve(cfg.target)
-    dpath, dsha = model_files.resolve(cfg.drafter)
-    target = Target(tpath, int(cfg.target.n_ctx), exact=False, threads=cfg.get("threads"))
-    drafter = make_drafter(str(cfg.drafter.kind), path=dpath, n_ctx=int(cfg.drafter.n_ctx),
-                           exact=False, top_k=int(cfg.drafter.top_k), threads=cfg.get("threads"),
-                           target_vocab=target.token_texts())
     rows: list[dict[str, Any]] = []
-    try:
-        testset = Path(settings.testset)
-        if not testset.is_absolute() and not testset.exists():
-            testset = paths.REPO_ROOT / testset
-        sets = load_checked_sets(testset)
-        window = min(int(cfg.target.n_ctx), int(cfg.drafter.n_ctx))
-        made = microbench_prompts(sets, lambda s: target.tokenize(s, add_special=False),
-                                  settings.contexts, n_ctx=window,
-                                  reserve=max(RESERVE_TOKENS, settings.max_tokens + 16))
-        by_ctx: dict[int, list[Any]] = {}
-        for p in made:
-            by_ctx.setdefault(p.n_tokens, []).append(p)
-        paper_of = dict(zip(sorted(by_ctx), sorted(settings.contexts), strict=True))
+    with model_pair(cfg) as pair:
+        by_ctx, paper_of = prompts_by_context(
+            pair, cfg, settings.testset, list(settings.contexts),
+            reserve=max(RESERVE_TOKENS, settings.max_tokens + 16))
         for ctx in sorted(by_ctx):
             for p in by_ctx[ctx][: settings.prompts_per_context]:
                 for w in settings.widths:
@@ -131,8 +109,8 @@ def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = pri
                     rule = arm_parts.make_arm_rule(OmegaConf.create(arm),
                                                    scheduler if isinstance(scheduler, DictConfig)
                                                    else None)
-                    gen = generate(target, list(p.token_ids), settings.max_tokens, rule, drafter,
-                                   int(cfg.drafter.block_positions))
+                    gen = generate(pair.target, list(p.token_ids), settings.max_tokens, rule,
+                                   pair.drafter, int(cfg.drafter.block_positions))
                     rows.append({
                         "context": ctx, "context_paper": paper_of[ctx], "prompt": p.name,
                         "width": w, "arm": str(arm.get("name")), "rounds": gen.rounds,
@@ -142,25 +120,9 @@ def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = pri
                     })
                     log(f"fig5: {p.name} width {w}: {len(gen.tokens)} tokens in {gen.rounds} "
                         f"rounds, {1e3 * gen.decode_s / max(gen.rounds, 1):.0f} ms/round")
-    finally:
-        drafter.close()
-        target.close()
-    out.mkdir(parents=True, exist_ok=True)
-    frame = pd.DataFrame(rows, columns=[*FIG5_COLUMNS, "width_hist"])
-    tmp = out / ".fig5.parquet.tmp"
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(out / "fig5.parquet")
-    meta = {
-        "settings": asdict(settings), "arms": {str(w): a for w, a in arms.items()},
-        "kernels": "fast", "wall_s": time.perf_counter() - t0, "machine": machine_info(),
-        "provenance": provenance.run_metadata(
-            {"target": params.get("target"), "drafter": params.get("drafter"),
-             "threads": params.get("threads")},
-            {"target": {"path": str(tpath), "sha256": tsha},
-             "drafter": {"path": str(dpath), "sha256": dsha}}),
-    }
-    (out / "fig5.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    return out / "fig5.parquet"
+        frame = pd.DataFrame(rows, columns=[*FIG5_COLUMNS, "width_hist"])
+        meta = {"settings": asdict(settings), "arms": {str(w): a for w, a in arms.items()}}
+        return write_outputs(out, "fig5", frame, meta, pair, params)
 
 
 def main(argv: list[str] | None = None) -> int:

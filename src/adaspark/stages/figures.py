@@ -11,15 +11,13 @@ writing the others.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from adaspark.figures import FIGURES
 from adaspark.figures.style import info_of, save
-from adaspark.stages import load_params
+from adaspark.stages import load_params, output_args, write_index
 from adaspark.stages.tables import options_from_params
 from adaspark.tables import Options, Records
 from adaspark.tables.inputs import MissingInputError
@@ -51,18 +49,12 @@ def write_figures(runs: Path, out: Path, options: Options,
         entries.append(entry)
     index = {"preset": options.preset, "target": options.target, "runs": str(runs),
              "figures": entries}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "figures.json").write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n",
-                                      encoding="utf-8")
+    write_index(out / "figures.json", index)
     return index, errors
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--runs", default="runs", type=Path)
-    ap.add_argument("--out", default="figures", type=Path)
-    ap.add_argument("--only", default="", help="comma-separated figure names (fig3,fig8)")
+    ap = output_args(__doc__, "figures", "fig3,fig8")
     a = ap.parse_args(argv)
     params = load_params(a.params)
     only = [x for x in a.only.split(",") if x] or None

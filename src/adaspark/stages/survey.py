@@ -28,9 +28,7 @@ Writes ``survey.parquet`` (one row per verify, :mod:`adaspark.survey` columns) a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -126,41 +124,19 @@ def survey_rows(
 def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = print) -> Path:
     """Load the models, make the prompts, measure, and write ``survey.parquet`` and
     ``survey.json`` under ``out``."""
-    import adaspark.drafter.draft_model  # noqa: F401  (registers the draft-model drafter)
-    from adaspark import model_files, paths, provenance
     from adaspark.candidates import from_block
-    from adaspark.drafter.base import make_drafter
-    from adaspark.engine import Target
-    from adaspark.report import machine_info
-    from adaspark.testset import load_checked_sets
-    from adaspark.testset.microbench import microbench_prompts
+    from adaspark.stages.measured import model_pair, prompts_by_context, write_outputs
     from adaspark.tree import best_first_order, prefix_tree
     from adaspark.width_rules import head_based_q
 
     settings = SurveySettings.from_section(params.get("survey"))
     cfg = OmegaConf.create(params)
-    t0 = time.perf_counter()
-    tpath, tsha = model_files.resolve(cfg.target)
-    dpath, dsha = model_files.resolve(cfg.drafter)
-    target = Target(tpath, int(cfg.target.n_ctx), exact=False, threads=cfg.get("threads"))
-    drafter = make_drafter(str(cfg.drafter.kind), path=dpath, n_ctx=int(cfg.drafter.n_ctx),
-                           exact=False, top_k=int(cfg.drafter.top_k), threads=cfg.get("threads"),
-                           target_vocab=target.token_texts())
-    try:
-        testset = Path(settings.testset)
-        if not testset.is_absolute() and not testset.exists():
-            testset = paths.REPO_ROOT / testset
-        sets = load_checked_sets(testset)
-        window = min(int(cfg.target.n_ctx), int(cfg.drafter.n_ctx))
-        made = microbench_prompts(sets, lambda s: target.tokenize(s, add_special=False),
-                                  settings.contexts, n_ctx=window)
-        by_ctx: dict[int, list[Any]] = {}
-        for p in made:
-            by_ctx.setdefault(p.n_tokens, []).append(p)
-        scaled = sorted(by_ctx)
-        paper_of = dict(zip(scaled, sorted(settings.contexts), strict=True))
+    with model_pair(cfg) as pair:
+        target, drafter = pair.target, pair.drafter
+        by_ctx, paper_of = prompts_by_context(pair, cfg, settings.testset,
+                                              list(settings.contexts))
         prompts = [(p.name, p.n_tokens, paper_of[p.n_tokens], list(p.token_ids))
-                   for ctx in scaled for p in by_ctx[ctx][: settings.prompts_per_context]]
+                   for ctx in sorted(by_ctx) for p in by_ctx[ctx][: settings.prompts_per_context]]
         reach = 1 + settings.block_positions * int(cfg.drafter.top_k)
         widths = [w for w in settings.widths if w <= min(target.max_rows, reach)]
         left_out = sorted(set(settings.widths) - set(widths))
@@ -178,31 +154,16 @@ def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = p
                                    max_rows=target.max_rows)[0] for w in widths}
 
         rows = survey_rows(target, trees_for, prompts, run_settings, log)
-    finally:
-        drafter.close()
-        target.close()
-    out.mkdir(parents=True, exist_ok=True)
-    frame = pd.DataFrame(rows, columns=list(SURVEY_COLUMNS))
-    tmp = out / ".survey.parquet.tmp"
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(out / "survey.parquet")
-    med = median_table(frame)
-    meta = {
-        "settings": asdict(settings), "widths_measured": widths, "widths_left_out": left_out,
-        "kernels": "fast",
-        "prompts": [{"name": n, "context": c, "context_paper": cp} for n, c, cp, _ in prompts],
-        "median_ms": {str(w): {str(c): float(v) for c, v in row.items()}
-                      for w, row in med.iterrows()},
-        "wall_s": time.perf_counter() - t0,
-        "machine": machine_info(),
-        "provenance": provenance.run_metadata(
-            {"target": params.get("target"), "drafter": params.get("drafter"),
-             "threads": params.get("threads")},
-            {"target": {"path": str(tpath), "sha256": tsha},
-             "drafter": {"path": str(dpath), "sha256": dsha}}),
-    }
-    (out / "survey.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    return out / "survey.parquet"
+        frame = pd.DataFrame(rows, columns=list(SURVEY_COLUMNS))
+        med = median_table(frame)
+        meta = {
+            "settings": asdict(settings), "widths_measured": widths, "widths_left_out": left_out,
+            "prompts": [{"name": n, "context": c, "context_paper": cp}
+                        for n, c, cp, _ in prompts],
+            "median_ms": {str(w): {str(c): float(v) for c, v in row.items()}
+                          for w, row in med.iterrows()},
+        }
+        return write_outputs(out, "survey", frame, meta, pair, params)
 
 
 def main(argv: list[str] | None = None) -> int:

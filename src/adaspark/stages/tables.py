@@ -15,14 +15,12 @@ section (``seed``, ``n_resamples``, ``context_split_tokens``: the bootstrap of Â
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from adaspark import stats
-from adaspark.stages import load_params
+from adaspark.stages import load_params, output_args, write_index
 from adaspark.tables import TABLES, Options, Records
 from adaspark.tables.inputs import MissingInputError
 from adaspark.tables.render import formatted, missing_cells, write_table
@@ -72,18 +70,12 @@ def write_tables(runs: Path, out: Path, options: Options,
              "n_resamples": options.n_resamples,
              "context_split_tokens": options.context_split_tokens, "runs": str(runs),
              "tables": entries}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tables.json").write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n",
-                                     encoding="utf-8")
+    write_index(out / "tables.json", index)
     return index, errors
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--params", default="params.yaml")
-    ap.add_argument("--runs", default="runs", type=Path)
-    ap.add_argument("--out", default="paper/tables", type=Path)
-    ap.add_argument("--only", default="", help="comma-separated table names (table1,table4)")
+    ap = output_args(__doc__, "paper/tables", "table1,table4")
     a = ap.parse_args(argv)
     params = load_params(a.params)
     only = [x for x in a.only.split(",") if x] or None

@@ -6,9 +6,11 @@ than it takes with them priced at zero."
 
 Read from AdaSpark's per-round log (:class:`adaspark.scheduler.records.RoundRecord`: rows and
 accepted nodes by source, drafter-only, agreed and n-gram-only), rounds of looped replies left
-out. The last row needs the width the chooser would have taken with the n-gram candidates priced
-at zero; the round log records it only when it has a ``ngram_widened`` column, and the row is a
-dash otherwise.
+out. The last row reads ``ngram_widened``: the scheduler, when it logs rounds, also runs Eq. (7)
+with the round's n-gram-only candidates priced at zero (``q = 0``) and records whether the width
+it chose is wider than that one. Its share is over the rounds with n-gram candidates whose width
+Eq. (7) chose (cold-start rounds measure a width and are left out). A log written before the
+column existed gives a dash.
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ def table7_ngram(rounds: pd.DataFrame, target: str) -> pd.DataFrame:
     rows_all, acc_all = rows_d + rows_a + rows_n, acc_d + acc_a + acc_n
     with_ng = tree[tree["n_ngram_candidates"] > 0]
     widened = math.nan
-    if WIDENED_COLUMN in with_ng.columns and len(with_ng):
-        widened = float(with_ng[WIDENED_COLUMN].astype(bool).mean())
+    known = (with_ng[WIDENED_COLUMN].dropna() if WIDENED_COLUMN in with_ng.columns
+             else pd.Series([], dtype=bool))
+    if len(known):
+        widened = float(known.astype(bool).mean())
     values = [
         _share(rows_n, rows_all), _share(acc_n, acc_all), _share(acc_a, acc_all),
         _share(acc_d, rows_d), _share(acc_a, rows_a), _share(acc_n, rows_n),
@@ -69,6 +73,10 @@ def table7_ngram(rounds: pd.DataFrame, target: str) -> pd.DataFrame:
         "priced at zero."
     )
     notes = []
+    if len(known):
+        notes.append(f"Widened: {int(known.astype(bool).sum()):,} of the {len(known):,} rounds "
+                     "with n-gram candidates whose width Eq. (7) chose (cold-start rounds left "
+                     "out).")
     if math.isnan(widened):
         notes.append("The last row is a dash: the round log does not record the width the "
                      "chooser would have taken with the n-gram candidates priced at zero.")

@@ -1,0 +1,96 @@
+"""What the two measurement stages (survey: Table 1, Figure 3; fig5: Figure 5) share: the model
+pair in llama.cpp's default (fast) kernels, the microbenchmark prompts grouped by context, and
+their outputs (a Parquet table written atomically and a JSON file of settings, machine and
+provenance)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig
+
+
+@dataclass
+class ModelPair:
+    """The target and drafter of a measurement stage, and the files they were loaded from."""
+
+    target: Any
+    drafter: Any
+    files: dict[str, dict[str, Any]]
+    started: float = field(default_factory=time.perf_counter)
+
+
+@contextmanager
+def model_pair(cfg: DictConfig) -> Iterator[ModelPair]:
+    """Load ``cfg.target`` and ``cfg.drafter`` (fast kernels, ``cfg.threads``); close both."""
+    import adaspark.drafter.draft_model  # noqa: F401  (registers the draft-model drafter)
+    from adaspark import model_files
+    from adaspark.drafter.base import make_drafter
+    from adaspark.engine import Target
+
+    started = time.perf_counter()
+    tpath, tsha = model_files.resolve(cfg.target)
+    dpath, dsha = model_files.resolve(cfg.drafter)
+    target = Target(tpath, int(cfg.target.n_ctx), exact=False, threads=cfg.get("threads"))
+    try:
+        drafter = make_drafter(str(cfg.drafter.kind), path=dpath, n_ctx=int(cfg.drafter.n_ctx),
+                               exact=False, top_k=int(cfg.drafter.top_k),
+                               threads=cfg.get("threads"), target_vocab=target.token_texts())
+    except BaseException:
+        target.close()
+        raise
+    files = {"target": {"path": str(tpath), "sha256": tsha},
+             "drafter": {"path": str(dpath), "sha256": dsha}}
+    try:
+        yield ModelPair(target, drafter, files, started)
+    finally:
+        drafter.close()
+        target.close()
+
+
+def prompts_by_context(pair: ModelPair, cfg: DictConfig, testset: str, contexts: list[int],
+                       **kwargs: Any) -> tuple[dict[int, list[Any]], dict[int, int]]:
+    """The microbenchmark prompts (:mod:`adaspark.testset.microbench`) grouped by their context
+    on this target's window, and the paper's context each one stands for."""
+    from adaspark import paths
+    from adaspark.testset import load_checked_sets
+    from adaspark.testset.microbench import microbench_prompts
+
+    where = Path(testset)
+    if not where.is_absolute() and not where.exists():
+        where = paths.REPO_ROOT / where
+    sets = load_checked_sets(where)
+    window = min(int(cfg.target.n_ctx), int(cfg.drafter.n_ctx))
+    made = microbench_prompts(sets, lambda s: pair.target.tokenize(s, add_special=False),
+                              contexts, n_ctx=window, **kwargs)
+    by_ctx: dict[int, list[Any]] = {}
+    for p in made:
+        by_ctx.setdefault(p.n_tokens, []).append(p)
+    paper_of = dict(zip(sorted(by_ctx), sorted(contexts), strict=True))
+    return by_ctx, paper_of
+
+
+def write_outputs(out: Path, name: str, frame: pd.DataFrame, meta: dict[str, Any],
+                  pair: ModelPair, params: dict[str, Any]) -> Path:
+    """``<out>/<name>.parquet`` (atomically) and ``<out>/<name>.json``: ``meta`` plus the wall
+    time, the machine and the run's provenance (versions, build, model checksums)."""
+    from adaspark import provenance
+    from adaspark.report import machine_info
+
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{name}.parquet.tmp"
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(out / f"{name}.parquet")
+    meta = {**meta, "kernels": "fast", "wall_s": time.perf_counter() - pair.started,
+            "machine": machine_info(),
+            "provenance": provenance.run_metadata(
+                {k: params.get(k) for k in ("target", "drafter", "threads")}, pair.files)}
+    (out / f"{name}.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    return out / f"{name}.parquet"
