@@ -20,6 +20,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -519,8 +520,12 @@ def write_report(runs: Path, tables_dir: Path, figures_dir: Path, out_dir: Path,
     page = out_dir / "report.html"
     page.write_text(render_html(sections, title), encoding="utf-8")
     written.append(page)
+    (out_dir / "report.pdf").unlink(missing_ok=True)  # never leave an older run's PDF
     engine = latex_engine()
-    if engine is not None:
+    if engine is None:
+        print(f"report: no PDF: no LaTeX engine on PATH ({', '.join(LATEX_ENGINES)})",
+              file=sys.stderr)
+    else:
         pdf = _latex_pdf(render_latex(sections, title), engine, out_dir)
         if pdf is not None:
             written.append(pdf)
@@ -535,8 +540,15 @@ def _latex_pdf(tex: str, engine: str, out_dir: Path) -> Path | None:
                 else [engine, "-interaction=nonstopmode", "-halt-on-error", src.name])
         try:
             for _ in range(1 if engine == "tectonic" else 2):
-                subprocess.run(argv, cwd=tmp, capture_output=True, check=True, timeout=300)
-        except (subprocess.SubprocessError, OSError):
+                subprocess.run(argv, cwd=tmp, capture_output=True, check=True, timeout=300,
+                               text=True, errors="replace")
+        except (subprocess.SubprocessError, OSError) as e:
+            log = out_dir / "report.latex.log"
+            shutil.copyfile(src, out_dir / "report.tex")
+            log.write_text(f"{' '.join(argv)}\n{e}\n{getattr(e, 'stdout', '') or ''}",
+                           encoding="utf-8")
+            print(f"report: no PDF: {engine} failed; its output is in {log}, the source in "
+                  f"{out_dir / 'report.tex'}", file=sys.stderr)
             return None
         made = Path(tmp) / "report.pdf"
         if not made.is_file():

@@ -45,3 +45,14 @@ def test_report_stage_names_the_missing_tables_stage(
                             str(tmp_path / "t"), "--figures", str(tmp_path / "f"), "--out",
                             str(tmp_path / "p")])
     assert rc == 1 and "`tables` stage" in capsys.readouterr().err
+
+
+def test_report_pdf_is_made_where_a_latex_engine_is_installed(built: Built) -> None:
+    from adaspark.report import latex_engine
+
+    pdf = built.paper / "report.pdf"
+    if latex_engine() is None:
+        assert not pdf.exists(), "a PDF without a LaTeX engine on PATH"
+        pytest.skip("no LaTeX engine on PATH: the report is md and html only")
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    assert pdf.stat().st_size > 50_000  # the eight figures are embedded
