@@ -137,7 +137,7 @@ def test_the_counterfactual_width_prices_ngram_only_candidates_at_zero(tmp_path)
     rc = RoundContext(context=500, drafted=True, why="choice", width=0, cands=cands, q=q,
                       n0=2, gains=Gains(), predicted_fixed=0.005, rho=None, offered=offered,
                       incumbent_before=8)
-    _, s, s_ng = rule._order(cands, q)
+    _, s, s_ng = rule._order(cands, q, rule._counts_as_ngram(cands))
     with_ngram = choose(Valuer(s, s_ng, 2, Gains(), 0.005, None), offered, 8,
                         rule.cfg.width_choice)
     assert with_ngram.width == 8

@@ -287,9 +287,9 @@ class AdaSparkRule(WidthRule):
             if self.model.prices():
                 q, rc.priced_fitted = rc.q_model, True
         rc.q = q
-        order_arr, S, s_ng = self._order(cands, q)
-        n = len(cands)
         is_ng = self._counts_as_ngram(cands)
+        order_arr, S, s_ng = self._order(cands, q, is_ng)
+        n = len(cands)
         rank = np.empty(n, dtype=np.int64)
         rank[order_arr] = np.arange(n)
         rc.s, rc.s_ng, rc.rank = S, s_ng, rank
@@ -326,11 +326,13 @@ class AdaSparkRule(WidthRule):
             is_ng |= np.asarray(cands.agreed, dtype=bool)
         return is_ng
 
-    def _order(self, cands: CandidateTree,
-               q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Proposition 1's order, ``S`` and ``S_ng`` (the n-gram part of ``S``) under ``q``."""
+    @staticmethod
+    def _order(cands: CandidateTree, q: np.ndarray,
+               is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
+        ``is_ng`` marks) under ``q``."""
         order, S = best_first_order(cands.parent, q)
-        s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * self._counts_as_ngram(cands)[order])))
+        s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * is_ng[order])))
         return order, S, s_ng
 
     def _width_without_ngram(self, rc: RoundContext) -> int | None:
@@ -346,7 +348,8 @@ class AdaSparkRule(WidthRule):
         ng_only = np.asarray(cands.kind) == NGRAM
         if not ng_only.any():
             return None
-        _, S0, s_ng0 = self._order(cands, np.where(ng_only, 0.0, rc.q))
+        _, S0, s_ng0 = self._order(cands, np.where(ng_only, 0.0, rc.q),
+                                   self._counts_as_ngram(cands))
         valuer = Valuer(S0, s_ng0, rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
         return choose(valuer, rc.offered, rc.incumbent_before, self.cfg.width_choice).width
 
