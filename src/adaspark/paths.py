@@ -37,6 +37,15 @@ def models_dir() -> Path:
     return cache_dir() / "models"
 
 
+def from_cwd_or_repo(path: str | Path) -> Path:
+    """A path as given when absolute or present from the working directory, else under this
+    checkout (a relative ``runs/testset`` read from outside the repository)."""
+    p = Path(path)
+    if not p.is_absolute() and not p.exists():
+        p = REPO_ROOT / p
+    return p
+
+
 def conf_dir() -> Path:
     return Path(os.environ.get("ADASPARK_CONF", REPO_ROOT / "conf")).resolve()
 

@@ -112,10 +112,7 @@ class RunSettings:
         return min(self.cap, self.protocol_cap)
 
     def testset_dir(self) -> Path:
-        p = Path(self.testset)
-        if not p.is_absolute() and not p.exists():
-            p = paths.REPO_ROOT / p
-        return p
+        return paths.from_cwd_or_repo(self.testset)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,12 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark.stages import load_params
+from adaspark.stages.measured import (
+    model_pair,
+    prompts_by_context,
+    section_values,
+    write_outputs,
+)
 
 
 @dataclass(frozen=True)
@@ -43,15 +49,7 @@ class Fig5Settings:
 
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> Fig5Settings:
-        d = dict(section or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown} in `fig5`; known: {sorted(known)}")
-        for k in ("contexts", "widths"):
-            if k in d:
-                d[k] = tuple(int(x) for x in d[k])
-        s = cls(**d)
+        s = cls(**section_values(cls, section, "fig5"))
         if s.max_tokens < 2 or s.prompts_per_context < 1 or len(s.widths) < 2:
             raise ValueError("fig5 needs max_tokens >= 2, a prompt per context and two widths")
         return s
@@ -90,7 +88,6 @@ def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = pri
     from adaspark import arms as arm_parts
     from adaspark.decode import generate
     from adaspark.figures.fig5 import FIG5_COLUMNS
-    from adaspark.stages.measured import model_pair, prompts_by_context, write_outputs
     from adaspark.testset.microbench import RESERVE_TOKENS
 
     settings = Fig5Settings.from_section(params.get("fig5"))

@@ -9,12 +9,26 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from omegaconf import DictConfig
+
+
+def section_values(cls: type, section: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """The params section ``name`` as keyword arguments of the settings dataclass ``cls``:
+    an unknown key is refused, ``contexts`` and ``widths`` become tuples of ints."""
+    d = dict(section or {})
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} in `{name}`; known: {sorted(known)}")
+    for k in ("contexts", "widths"):
+        if k in d:
+            d[k] = tuple(int(x) for x in d[k])
+    return d
 
 
 @dataclass
@@ -63,10 +77,7 @@ def prompts_by_context(pair: ModelPair, cfg: DictConfig, testset: str, contexts:
     from adaspark.testset import load_checked_sets
     from adaspark.testset.microbench import microbench_prompts
 
-    where = Path(testset)
-    if not where.is_absolute() and not where.exists():
-        where = paths.REPO_ROOT / where
-    sets = load_checked_sets(where)
+    sets = load_checked_sets(paths.from_cwd_or_repo(testset))
     window = min(int(cfg.target.n_ctx), int(cfg.drafter.n_ctx))
     made = microbench_prompts(sets, lambda s: pair.target.tokenize(s, add_special=False),
                               contexts, n_ctx=window, **kwargs)

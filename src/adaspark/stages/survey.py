@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,6 +38,12 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from adaspark.stages import load_params
+from adaspark.stages.measured import (
+    model_pair,
+    prompts_by_context,
+    section_values,
+    write_outputs,
+)
 from adaspark.survey import SURVEY_COLUMNS, median_table
 
 
@@ -56,15 +62,7 @@ class SurveySettings:
 
     @classmethod
     def from_section(cls, section: dict[str, Any] | None) -> SurveySettings:
-        d = dict(section or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown} in `survey`; known: {sorted(known)}")
-        for k in ("contexts", "widths"):
-            if k in d:
-                d[k] = tuple(int(x) for x in d[k])
-        s = cls(**d)
+        s = cls(**section_values(cls, section, "survey"))
         if s.rounds <= s.dropped_rounds:
             raise ValueError(f"survey.rounds ({s.rounds}) must exceed survey.dropped_rounds "
                              f"({s.dropped_rounds}): nothing would be kept")
@@ -125,7 +123,6 @@ def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = p
     """Load the models, make the prompts, measure, and write ``survey.parquet`` and
     ``survey.json`` under ``out``."""
     from adaspark.candidates import from_block
-    from adaspark.stages.measured import model_pair, prompts_by_context, write_outputs
     from adaspark.tree import best_first_order, prefix_tree
     from adaspark.width_rules import head_based_q
 
