@@ -28,7 +28,8 @@ def output_args(doc: str, out: str, example: str) -> argparse.ArgumentParser:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--runs", default="runs", type=Path)
     ap.add_argument("--out", default=out, type=Path)
-    ap.add_argument("--only", default="", help=f"comma-separated names, e.g. {example}")
+    ap.add_argument("--only", default="", type=lambda s: [x for x in s.split(",") if x] or None,
+                    help=f"comma-separated names, e.g. {example}")
     return ap
 
 

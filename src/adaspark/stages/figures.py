@@ -15,38 +15,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from adaspark.figures import FIGURES
 from adaspark.figures.style import info_of, save
+from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, write_index
 from adaspark.stages.tables import options_from_params
 from adaspark.tables import Options, Records
-from adaspark.tables.inputs import MissingInputError
 
 
 def write_figures(runs: Path, out: Path, options: Options,
                   only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Build and write every figure (or ``only`` those); return the index and the errors."""
-    records = Records(runs, target_label=options.target)
-    entries, errors = [], []
-    for name, spec in FIGURES.items():
-        if only and name not in only:
-            continue
-        entry: dict[str, Any] = {"name": name, "number": spec.number,
-                                 "label": f"Figure {spec.number}", "stages": spec.stages,
-                                 "filled_by": spec.filled_by}
-        try:
-            fig = spec.build(records, options)
-        except MissingInputError as e:
-            errors.append(f"{entry['label']}: {e}")
-            entry |= {"title": spec.module.__doc__.splitlines()[0], "error": str(e)}
-            entries.append(entry)
-            continue
+    def write(fig: Figure, name: str) -> dict[str, Any]:
         info = info_of(fig)
         files = save(fig, out, name)
-        entry |= {"title": info.get("title", ""), "caption": info.get("caption", ""),
-                  "complete": info.get("complete", True), "files": [str(p) for p in files],
-                  "error": None}
-        entries.append(entry)
+        return {"title": info.get("title", ""), "caption": info.get("caption", ""),
+                "complete": info.get("complete", True), "files": [str(p) for p in files]}
+
+    entries, errors = build_outputs(FIGURES, Records(runs, target_label=options.target),
+                                    options, only, write)
     index = {"preset": options.preset, "target": options.target, "runs": str(runs),
              "figures": entries}
     write_index(out / "figures.json", index)
@@ -57,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "figures", "fig3,fig8")
     a = ap.parse_args(argv)
     params = load_params(a.params)
-    only = [x for x in a.only.split(",") if x] or None
-    index, errors = write_figures(a.runs, a.out, options_from_params(params), only)
+    index, errors = write_figures(a.runs, a.out, options_from_params(params), a.only)
     for e in index["figures"]:
         if not e.get("error"):
             print(f"figures: {e['label']} -> {a.out}/{e['name']}.png|pdf"

@@ -19,10 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from adaspark import stats
+from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, write_index
 from adaspark.tables import TABLES, Options, Records
-from adaspark.tables.inputs import MissingInputError
 from adaspark.tables.render import formatted, missing_cells, write_table
 
 
@@ -42,30 +44,18 @@ def options_from_params(params: dict[str, Any]) -> Options:
 def write_tables(runs: Path, out: Path, options: Options,
                  only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Build and write every table (or ``only`` those); return the index and the errors."""
-    records = Records(runs, target_label=options.target)
-    entries, errors = [], []
-    for name, spec in TABLES.items():
-        if only and name not in only:
-            continue
-        entry: dict[str, Any] = {"name": name, "number": spec.number,
-                                 "label": f"Table {spec.number}", "stages": spec.stages,
-                                 "filled_by": spec.filled_by}
-        try:
-            frame = spec.build(records, options)
-        except MissingInputError as e:
-            errors.append(f"{entry['label']}: {e}")
-            entry |= {"title": spec.module.__doc__.splitlines()[0], "error": str(e)}
-            entries.append(entry)
-            continue
+    def write(frame: pd.DataFrame, name: str) -> dict[str, Any]:
         files = write_table(frame, out, name)
         cells = formatted(frame)
-        entry |= {
+        return {
             "title": frame.attrs.get("title", ""), "caption": frame.attrs.get("caption", ""),
             "notes": frame.attrs.get("notes", []), "dashes": missing_cells(frame),
             "columns": [str(c) for c in cells.columns], "rows": cells.to_numpy().tolist(),
-            "files": [str(p) for p in files], "error": None,
+            "files": [str(p) for p in files],
         }
-        entries.append(entry)
+
+    entries, errors = build_outputs(TABLES, Records(runs, target_label=options.target),
+                                    options, only, write)
     index = {"preset": options.preset, "target": options.target, "seed": options.seed,
              "n_resamples": options.n_resamples,
              "context_split_tokens": options.context_split_tokens, "runs": str(runs),
@@ -78,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "paper/tables", "table1,table4")
     a = ap.parse_args(argv)
     params = load_params(a.params)
-    only = [x for x in a.only.split(",") if x] or None
-    index, errors = write_tables(a.runs, a.out, options_from_params(params), only)
+    index, errors = write_tables(a.runs, a.out, options_from_params(params), a.only)
     for e in index["tables"]:
         if not e.get("error"):
             print(f"tables: {e['label']} -> {a.out}/{e['name']}.csv|md|tex"

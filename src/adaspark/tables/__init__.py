@@ -8,12 +8,7 @@ the CSV / Markdown / LaTeX files are :mod:`adaspark.tables.render`'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from types import ModuleType
-
-import pandas as pd
-
+from adaspark.outputs import OutputSpec, registry
 from adaspark.tables import (
     table1,
     table2,
@@ -28,31 +23,8 @@ from adaspark.tables import (
 )
 from adaspark.tables.inputs import Options, Records
 
+TABLES: dict[str, OutputSpec] = registry(
+    "Table", "table", (table1, table2, table3, table4, table5, table6, table7, table8, table9,
+                       table10), start=1)
 
-@dataclass(frozen=True)
-class TableSpec:
-    """One table: its file name, number, the module's function and the stages it reads."""
-
-    name: str
-    number: int
-    module: ModuleType
-
-    @property
-    def build(self) -> Callable[[Records, Options], pd.DataFrame]:
-        return self.module.build  # type: ignore[no-any-return]
-
-    @property
-    def stages(self) -> tuple[str, ...]:
-        return tuple(self.module.STAGES)
-
-    @property
-    def filled_by(self) -> str:
-        return str(self.module.FILLED_BY)
-
-
-_MODULES = (table1, table2, table3, table4, table5, table6, table7, table8, table9, table10)
-TABLES: dict[str, TableSpec] = {
-    f"table{i}": TableSpec(f"table{i}", i, m) for i, m in enumerate(_MODULES, start=1)
-}
-
-__all__ = ["TABLES", "Options", "Records", "TableSpec"]
+__all__ = ["TABLES", "Options", "Records"]
