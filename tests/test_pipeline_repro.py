@@ -34,9 +34,8 @@ def _copy_checkout(dst: Path) -> None:
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst / rel)
     (dst / "dvc.lock").unlink(missing_ok=True)  # a fresh clone's state: nothing run yet
-    git = ["git", "-c", "user.name=adaspark-test", "-c", "user.email=test@localhost"]
     for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
-        subprocess.run([*git, *argv], cwd=dst, check=True, capture_output=True)
+        subprocess.run(["git", *argv], cwd=dst, env=_env(dst), check=True, capture_output=True)
 
 
 def _env(copy: Path) -> dict[str, str]:
@@ -46,6 +45,8 @@ def _env(copy: Path) -> dict[str, str]:
     env.pop("GGML_CPU_TILED_MM", None)  # the stages choose their own kernels
     env.pop("ADASPARK_CONF", None)  # compose the copy's conf/
     env["HF_HUB_OFFLINE"] = "1"  # the testset stage checks the vendored copy, as CI has no hub
+    for role in ("AUTHOR", "COMMITTER"):  # the copy's commits (dvc exp run commits too)
+        env[f"GIT_{role}_NAME"], env[f"GIT_{role}_EMAIL"] = "adaspark-test", "test@localhost"
     return env
 
 
@@ -115,11 +116,8 @@ def test_dvc_exp_run_composes_params_and_reruns_only_what_depends_on_them(repro)
     """HARNESS's pattern: ``dvc exp run -S`` recomposes params.yaml from conf/ (Hydra) with the
     overrides; a changed bootstrap count reruns the tables, figures and report, nothing else."""
     copy, _ = repro
-    env_git = {"GIT_AUTHOR_NAME": "adaspark-test", "GIT_AUTHOR_EMAIL": "test@localhost",
-               "GIT_COMMITTER_NAME": "adaspark-test", "GIT_COMMITTER_EMAIL": "test@localhost"}
     sets = [a for o in [*OVERRIDES, "tables.n_resamples=500"] for a in ("-S", o)]
-    done = subprocess.run(["dvc", "exp", "run", *sets], cwd=copy, env=_env(copy) | env_git,
-                          capture_output=True, text=True, timeout=1200)
+    done = _run(["dvc", "exp", "run", *sets], copy)
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     ran = {line.split("'")[1] for line in done.stdout.splitlines()
            if line.startswith("Running stage '")}

@@ -69,18 +69,15 @@ def round_anatomy(rounds: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def _parts(a: dict[str, float]) -> list[tuple[str, float, str]]:
-    """The bar's segments: (label, median ms, colour), D split when the log has its parts."""
+def _parts(a: dict[str, float]) -> tuple[list[tuple[str, float, str]], str]:
+    """The bar's segments (label, median ms, colour), D split when the log has its parts, and
+    the caption's words for them."""
     if not any(math.isnan(a[k]) for k in ("draft_ms", "tree_ms", "commit_ms")):
-        return [("draft", a["draft_ms"], "orange"), ("tree build", a["tree_ms"], "green"),
-                ("verify", a["verify_ms"], "blue"), ("commit", a["commit_ms"], "grey")]
-    return [("draft + tree build", a["fixed_ms"], "orange"), ("verify", a["verify_ms"], "blue")]
-
-
-def _parts_text(parts: list[tuple[str, float, str]]) -> str:
-    if len(parts) == 4:
-        return "the drafter's forward, the tree build, the verify and the commit"
-    return "the drafter's forward and tree build (recorded together) and the verify"
+        return ([("draft", a["draft_ms"], "orange"), ("tree build", a["tree_ms"], "green"),
+                 ("verify", a["verify_ms"], "blue"), ("commit", a["commit_ms"], "grey")],
+                "the drafter's forward, the tree build, the verify and the commit")
+    return ([("draft + tree build", a["fixed_ms"], "orange"), ("verify", a["verify_ms"], "blue")],
+            "the drafter's forward and tree build (recorded together) and the verify")
 
 
 def figure7_round_anatomy(rounds: pd.DataFrame, ar_replies: pd.DataFrame | None,
@@ -97,7 +94,7 @@ def figure7_round_anatomy(rounds: pd.DataFrame, ar_replies: pd.DataFrame | None,
             return attach_caption(fig, "No AdaSpark round was logged.", label="Figure 7",
                                   title="Anatomy of a round", filled_by=FILLED_BY,
                                   complete=False)
-        parts = _parts(a)
+        parts, described = _parts(a)
         left = 0.0
         for label, ms, colour in parts:
             ax.barh([0], [ms], left=[left], color=COLOURS[colour], label=label)
@@ -114,7 +111,7 @@ def figure7_round_anatomy(rounds: pd.DataFrame, ar_replies: pd.DataFrame | None,
         ax.legend(frameon=False, loc="upper right", ncols=2)
         caption = (
             f"Anatomy of an AdaSpark round on {target}, at the width its rounds most often ran: "
-            f"{_parts_text(parts)} (medians), "
+            f"{described} (medians), "
             "and the tokens committed per round at that width; beside the bar, the tokens per "
             "round and milliseconds per token over all rounds, beside the autoregressive "
             f"milliseconds per token on the {ar_subset or 'main'} subset. {target}: "
