@@ -25,7 +25,6 @@ gets an environment without exact mode's ``GGML_CPU_TILED_MM=0``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import time
@@ -38,6 +37,7 @@ from typing import Any
 import httpx
 
 from adaspark import paths
+from adaspark.model_files import recorded_sha256
 
 LOOPBACK = "127.0.0.1"
 
@@ -62,13 +62,6 @@ def binary_path() -> Path:
     return Path(server)
 
 
-@cache
-def binary_sha256(binary: str) -> str:
-    h = hashlib.sha256()
-    with open(binary, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 @cache
@@ -84,7 +77,7 @@ def binary_version(binary: str) -> str:
 def binary_info(binary: Path | None = None) -> dict[str, str]:
     """Path, version line and sha256 of the llama-server binary (recorded in every run)."""
     b = str(binary or binary_path())
-    return {"path": b, "version": binary_version(b), "sha256": binary_sha256(b)}
+    return {"path": b, "version": binary_version(b), "sha256": recorded_sha256(b)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,13 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@cache
+def recorded_sha256(path: str) -> str:
+    """:func:`sha256_file`, computed once per path in a process: for the run metadata of files
+    that do not change while it runs (the llama.cpp libraries and binary, the model files)."""
+    return sha256_file(Path(path))
 
 
 def model_path(key: str) -> Path:

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import platform
 import subprocess
-from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from adaspark import paths
-
-
-@cache
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
+from adaspark.model_files import recorded_sha256
 
 
 def git_state() -> dict[str, Any]:
@@ -43,11 +33,11 @@ def llama_build() -> dict[str, Any]:
     out: dict[str, Any] = {"llama_cpp_python": llama_cpp.__version__,
                            "llama_cpp_commit": info.get("llama_commit")}
     if lib.exists():
-        out["libllama_sha256"] = _sha256(str(lib.resolve()))
+        out["libllama_sha256"] = recorded_sha256(str(lib.resolve()))
     server = info.get("llama_server")
     if server and Path(server).exists():
         out["llama_server"] = server
-        out["llama_server_sha256"] = _sha256(server)
+        out["llama_server_sha256"] = recorded_sha256(server)
     return out
 
 
@@ -67,6 +57,6 @@ def run_metadata(config: dict[str, Any], models: dict[str, dict[str, Any]]) -> d
     only when the manifest gives none."""
     for m in models.values():
         if m.get("sha256") is None and m.get("path"):
-            m["sha256"] = _sha256(str(m["path"]))
+            m["sha256"] = recorded_sha256(str(m["path"]))
     return {"config": config, "git": git_state(), "llama": llama_build(),
             "versions": versions(), "models": models, "host": platform.node()}
