@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -51,15 +52,16 @@ def registry(kind: str, prefix: str, modules: Sequence[ModuleType],
             for i, m in enumerate(modules, start=start)}
 
 
-def build_outputs(specs: Mapping[str, OutputSpec], records: Records, options: Options,
+def build_outputs(specs: Mapping[str, OutputSpec], runs: Path, options: Options,
                   only: Sequence[str] | None,
                   write: Callable[[Any, str], dict[str, Any]]) -> tuple[list[dict[str, Any]],
                                                                         list[str]]:
-    """Build every spec (or ``only`` those) and ``write(built, name)`` it; return the index
-    entries (``write``'s fields added to each) and the errors of the ones whose input is
-    missing."""
-    from adaspark.tables.inputs import MissingInputError
+    """Build every spec (or ``only`` those) from the records under ``runs`` and
+    ``write(built, name)`` it; return the index entries (``write``'s fields added to each) and
+    the errors of the ones whose input is missing."""
+    from adaspark.tables.inputs import MissingInputError, Records
 
+    records = Records(runs, target_label=options.target)
     entries: list[dict[str, Any]] = []
     errors: list[str] = []
     for name, spec in specs.items():

@@ -22,7 +22,7 @@ from adaspark.figures.style import info_of, save
 from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, write_index
 from adaspark.stages.tables import options_from_params
-from adaspark.tables import Options, Records
+from adaspark.tables import Options
 
 
 def write_figures(runs: Path, out: Path, options: Options,
@@ -34,8 +34,7 @@ def write_figures(runs: Path, out: Path, options: Options,
         return {"title": info.get("title", ""), "caption": info.get("caption", ""),
                 "complete": info.get("complete", True), "files": [str(p) for p in files]}
 
-    entries, errors = build_outputs(FIGURES, Records(runs, target_label=options.target),
-                                    options, only, write)
+    entries, errors = build_outputs(FIGURES, runs, options, only, write)
     index = {"preset": options.preset, "target": options.target, "runs": str(runs),
              "figures": entries}
     write_index(out / "figures.json", index)

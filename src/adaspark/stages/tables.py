@@ -24,7 +24,7 @@ import pandas as pd
 from adaspark import stats
 from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, write_index
-from adaspark.tables import TABLES, Options, Records
+from adaspark.tables import TABLES, Options
 from adaspark.tables.render import formatted, missing_cells, write_table
 
 
@@ -54,8 +54,7 @@ def write_tables(runs: Path, out: Path, options: Options,
             "files": [str(p) for p in files],
         }
 
-    entries, errors = build_outputs(TABLES, Records(runs, target_label=options.target),
-                                    options, only, write)
+    entries, errors = build_outputs(TABLES, runs, options, only, write)
     index = {"preset": options.preset, "target": options.target, "seed": options.seed,
              "n_resamples": options.n_resamples,
              "context_split_tokens": options.context_split_tokens, "runs": str(runs),
