@@ -63,3 +63,69 @@ def test_truncated_copy_keeps_first_blocks(tmp_path, tiny_path):
     assert blocks == set(range(5))
     with pytest.raises(ModelFileError, match="cannot keep 31"):
         model_files.truncate_gguf(tiny_path, tmp_path / "x.gguf", 31)
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch, tiny_path):
+    """A cache directory of this test's own holding a copy of the tiny model."""
+    import shutil
+
+    models = tmp_path / "cache" / "models"
+    models.mkdir(parents=True)
+    shutil.copyfile(tiny_path, models / tiny_path.name)
+    monkeypatch.setenv("ADASPARK_CACHE", str(tmp_path / "cache"))
+    return models
+
+
+def _corrupt_keeping_mtime(path) -> None:
+    import os
+
+    st = path.stat()
+    with path.open("r+b") as f:
+        f.seek(st.st_size // 2)
+        b = f.read(1)
+        f.seek(st.st_size // 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+def test_a_file_corrupted_with_its_mtime_kept_is_refused(own_cache):
+    from helpers import TINY
+
+    path, digest = model_files.verified(TINY)
+    assert digest == model_files.sha256_file(path)  # the hash recorded is the one computed
+    assert (path.parent / (path.name + ".verified")).is_file()
+    _corrupt_keeping_mtime(path)
+    model_files._HASHED.clear()  # as a new process would start
+    with pytest.raises(ModelFileError) as e:
+        model_files.verified(TINY)
+    msg = str(e.value)
+    assert str(path) in msg and "adaspark models" in msg
+    assert model_files.sha256_file(path) in msg
+    assert model_files.load_manifest()[TINY].sha256 in msg
+
+
+def test_the_command_line_refuses_a_corrupted_model(own_cache):
+    from helpers import TINY, run_cli
+
+    path = model_files.verified_path(TINY)
+    _corrupt_keeping_mtime(path)
+    p = run_cli("generate", "arm=ar", "target=tiny", "prompt=Hi", "max_tokens=2")
+    assert p.returncode != 0
+    assert "the hash moved" in p.stderr and "adaspark models" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_adaspark_models_restores_a_corrupted_derived_file(own_cache):
+    from helpers import TINY_CUT
+
+    path = model_files.assemble(TINY_CUT, log=lambda m: None)
+    _corrupt_keeping_mtime(path)
+    with pytest.raises(ModelFileError):
+        model_files.verified(TINY_CUT)
+    logged: list[str] = []
+    model_files.assemble(TINY_CUT, log=logged.append)
+    assert any("assembling" in m and "again" in m for m in logged)
+    _, digest = model_files.verified(TINY_CUT)
+    assert digest == model_files.load_manifest()[TINY_CUT].sha256

@@ -1,11 +1,13 @@
 """One config truth (HARNESS "Conventions"): compose ``conf/`` with ``key=value`` overrides.
 
-Free-text keys (``prompt=``, ``system=``) are taken verbatim, everything after the first ``=``,
-and never pass through Hydra's override grammar.
+Free-text keys (``prompt=``, ``system=``) are taken verbatim, everything after the first ``=``:
+they never pass through Hydra's override grammar, and OmegaConf never interpolates them
+(``${arm.name}`` stays ``${arm.name}``, a backslash stays a backslash).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,14 @@ FREE_TEXT_KEYS = ("prompt", "system")
 
 class ConfigError(ValueError):
     """An override that names no config, or a value of the wrong kind."""
+
+
+def verbatim(text: str) -> str:
+    """``text`` escaped for an OmegaConf string node so that reading the node gives ``text``
+    back exactly: OmegaConf interpolates ``${...}`` and treats backslashes right before ``${``
+    as escapes, so each ``${`` preceded by k backslashes becomes 2k backslashes and ``\\${``.
+    Nothing else in a string is special to it."""
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
 
 
 def split_free_text(args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -52,7 +62,7 @@ def compose(args: list[str], conf_dir: Path | None = None) -> DictConfig:
         raise ConfigError(f"{e}\n(config directory: {cdir})") from None
     OmegaConf.set_struct(cfg, False)
     for k, v in free.items():
-        cfg[k] = v
+        cfg[k] = verbatim(v)
     OmegaConf.set_struct(cfg, True)
     return cfg
 

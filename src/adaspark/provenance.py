@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import subprocess
 from importlib import metadata
@@ -22,6 +23,39 @@ def git_state() -> dict[str, Any]:
 
     return {"commit": run("rev-parse", "HEAD") or None,
             "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
+
+
+#: Parts of the package that only read results (reports, tables, figures, statistics, other
+#: stages, the test-set builder, whose output a run hashes itself): a change there does not
+#: change a reply. Everything else (engine, drafters, rules, scheduler, server, client, runner)
+#: is decoding code, and a new module counts as decoding code until it is listed here.
+NOT_DECODING = ("tables/", "figures/", "stages/", "testset/", "report.py", "outputs.py",
+                "paper_values.py", "stats.py", "survey.py", "cli.py", "generate.py")
+#: ... except the stage that runs the arms.
+DECODING_STAGES = ("stages/run.py",)
+
+
+def decoding_sources(package: Path | None = None) -> list[Path]:
+    """The package's decoding modules (see :data:`NOT_DECODING`), sorted."""
+    root = package or Path(__file__).resolve().parent
+    out = []
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root).as_posix()
+        if rel in DECODING_STAGES or not any(rel.startswith(x) for x in NOT_DECODING):
+            out.append(f)
+    return out
+
+
+def code_fingerprint(package: Path | None = None) -> str:
+    """sha256 over the decoding modules' relative paths and bytes: what a run's fingerprint
+    holds of the project's own code (a reply depends on it; the git commit also changes with
+    the reports, so it is recorded beside the fingerprint, not in it)."""
+    root = package or Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in decoding_sources(root):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
 
 
 def llama_build() -> dict[str, Any]:
@@ -59,4 +93,6 @@ def run_metadata(config: dict[str, Any], models: dict[str, dict[str, Any]]) -> d
         if m.get("sha256") is None and m.get("path"):
             m["sha256"] = recorded_sha256(str(m["path"]))
     return {"config": config, "git": git_state(), "llama": llama_build(),
-            "versions": versions(), "models": models, "host": platform.node()}
+            "versions": versions(), "models": models, "host": platform.node(),
+            "code": code_fingerprint(), "package": str(paths.REPO_ROOT),
+            "checkout": str(paths.checkout_root())}

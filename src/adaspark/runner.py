@@ -18,6 +18,13 @@ arm and run config); a run refuses to append to results with another fingerprint
 Statuses (HARNESS "Caps and loops", "Client clock"): ``looped`` (reached the protocol cap of
 8,192 tokens), ``single-delta`` (at most one token event), ``cut`` (reached the run's shorter
 cap, or the context), ``finished``; the first that applies, in that order.
+
+Resumes and text. A resumed run's new server has none of the conversation in its cache. Our
+engine's KV does not depend on that (:class:`adaspark.engine.Target`, "Prefill and history"), so a
+resumed reply is the one an uninterrupted run makes, in fast mode too. llama-server keeps its own
+prompt cache, whose cells its verify batches wrote: there a reply made after a resume can differ
+from its uninterrupted twin at a near tie (fast kernels). Such rows carry ``after_resume = 1``,
+and the check stage counts them per arm.
 """
 
 from __future__ import annotations
@@ -61,7 +68,8 @@ class RunError(RuntimeError):
 
 
 class RunMismatchError(RunError):
-    """The run directory holds results made by another binary, model file or config."""
+    """The run directory holds results made by another binary, model file, config, test set or
+    decoding code."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,6 +223,8 @@ class ReplyRow:
     server_cache_n: float
     server_decode_ms: float
     timings: str              # the server's timings object, JSON
+    after_resume: int         # 1: made by a resumed run's new server after earlier replies of
+                              # its conversation were stored (see the module docstring)
     fingerprint: str
     wall_time: str
 
@@ -246,7 +256,7 @@ def reply_status(reply: Reply, max_tokens: int, protocol_cap: int) -> str:
 
 def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv: Conversation,
              turn: int, reply_index: int, max_tokens: int, protocol_cap: int,
-             fingerprint: str) -> ReplyRow:
+             fingerprint: str, after_resume: bool = False) -> ReplyRow:
     t = reply.timings or {}
     status = reply_status(reply, max_tokens, protocol_cap)
     tps = reply.decode_tps
@@ -268,7 +278,8 @@ def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv:
         server_accepted=int(t.get("draft_n_accepted") or 0),
         server_width1_rounds=_nan(t.get("width1_rounds")), server_cache_n=_nan(t.get("cache_n")),
         server_decode_ms=_nan(t.get("predicted_ms")),
-        timings=json.dumps(t, ensure_ascii=False, default=str), fingerprint=fingerprint,
+        timings=json.dumps(t, ensure_ascii=False, default=str),
+        after_resume=int(after_resume), fingerprint=fingerprint,
         wall_time=datetime.now(UTC).isoformat(timespec="seconds"),
     )
 
@@ -332,16 +343,20 @@ class ResultStore:
                 diffs = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
                          if a.get(k) != b.get(k)]
                 raise RunMismatchError(
-                    f"{self.dir} holds results made with another binary, model file or config; "
-                    "a run does not append to them. What changed:\n  " + "\n  ".join(diffs)
+                    f"{self.dir} holds results made with another binary, model file, config, "
+                    "test set or decoding code; a run does not append to them. What changed:"
+                    "\n  " + "\n  ".join(diffs)
                     + f"\nUse another output directory, or delete {self.dir} to start over.")
         elif self.rows_path.exists():
             raise RunMismatchError(f"{self.rows_path} exists without {self.run_path}: its origin "
                                    "is unknown. Delete it, or use another output directory.")
         else:
+            from adaspark.provenance import git_state
+
             self._write_json(self.run_path, {"fingerprint": fingerprint,
                                              "fingerprint_sha256": digest,
-                                             "created": datetime.now(UTC).isoformat()})
+                                             "created": datetime.now(UTC).isoformat(),
+                                             "git": git_state()})
         return digest
 
     def note(self, **extra: Any) -> None:
@@ -392,10 +407,25 @@ class Planned:
 
 
 def plan_subset(sets: list[SetFile], subset: str) -> list[Planned]:
+    from adaspark.testset.subsets import SUBSETS
+
+    if subset not in SUBSETS:
+        raise RunError(f"run.subset={subset!r} names no subset; the subsets are "
+                       f"{sorted(SUBSETS)} (adaspark.testset.subsets)")
     by_name = {s.name: s for s in sets}
     sub = make_subset(subset, sets)
     return [Planned(i.set_name, by_name[i.set_name].conversation(i.conversation), i.n_turns,
                     i.n_timed) for i in sub.items]
+
+
+def conversation_sha256(p: Planned) -> str:
+    """What a conversation's replies are made from, exactly: the text, kind and recorded tool
+    result of each planned turn, and the tools offered (not the stored hash of the set file)."""
+    turns = [{"kind": t.kind, "text": t.text, "result": t.result}
+             for t in p.conversation.turns[: p.n_turns]]
+    doc = {"turns": turns, "tools": p.conversation.tools}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False)
+                          .encode("utf-8")).hexdigest()
 
 
 def conversation_done(p: Planned, done: dict[tuple[str, str, int, int], dict[str, Any]]) -> bool:
@@ -562,9 +592,12 @@ def engine_of(arm: dict[str, Any]) -> str:
     return str(engine)
 
 
-def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings) -> dict[str, Any]:
+def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings,
+                plan: list[Planned]) -> dict[str, Any]:
     """What must not change between a run's replies: the engine binary, the model files, the
-    arm's and the run's config."""
+    arm's and the run's config, the exact conversations the replies are made from (a hash per
+    conversation, :func:`conversation_sha256`) and the project's decoding code
+    (:func:`adaspark.provenance.code_fingerprint`)."""
     from adaspark import model_files, provenance
 
     engine = engine_of(arm)
@@ -574,14 +607,15 @@ def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings) -> dict[st
         (arm_fp.get("rule") or {}).pop(k, None)
     tpath, tsha = model_files.resolve(cfg.target)
     models: dict[str, Any] = {"target": {"file": tpath.name, "sha256": tsha or
-                                         model_files.sha256_file(tpath),
+                                         model_files.recorded_sha256(tpath),
                                          "n_ctx": int(cfg.target.n_ctx)}}
     if is_speculative(arm):
         dpath, dsha = model_files.resolve(cfg.drafter)
         dcfg = OmegaConf.to_container(cfg.drafter, resolve=True) \
             if isinstance(cfg.drafter, DictConfig) else dict(cfg.drafter)
         assert isinstance(dcfg, dict)
-        models["drafter"] = {"file": dpath.name, "sha256": dsha or model_files.sha256_file(dpath),
+        models["drafter"] = {"file": dpath.name,
+                             "sha256": dsha or model_files.recorded_sha256(dpath),
                              **{k: dcfg.get(k) for k in ("kind", "block_positions", "top_k",
                                                          "n_ctx")}}
     if engine == "llama-server":
@@ -596,13 +630,18 @@ def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings) -> dict[st
     template = None
     if settings.chat_template:
         template = hashlib.sha256(Path(settings.chat_template).read_bytes()).hexdigest()
+    preset = cfg.get("preset")
     run = {"subset": settings.subset, "cap": settings.cap, "protocol_cap": settings.protocol_cap,
-           "chat_template_sha256": template}
+           "chat_template_sha256": template,
+           "preset": preset.get("name") if hasattr(preset, "get") else preset}
     if engine == "ours":
         run["exact"] = settings.exact
         run["tool_fallback"] = settings.tool_fallback
     out = {"engine": engine, "binary": binary, "models": models, "arm": arm_fp, "run": run,
-           "threads": cfg.get("threads")}
+           "threads": cfg.get("threads"),
+           "conversations": {f"{q.set_name}/{q.conversation.name}": conversation_sha256(q)
+                             for q in plan},
+           "code": provenance.code_fingerprint()}
     if uses_scheduler_constants(arm) and cfg.get("scheduler") is not None:
         sch = cfg.get("scheduler")
         out["scheduler"] = OmegaConf.to_container(sch, resolve=True) \
@@ -617,7 +656,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: dict[str, Any], out_dir: Path,
     from adaspark.server import free_port
 
     port = settings.port or free_port(settings.host)
-    # The server runs from the package's checkout; hand it absolute paths.
+    # The server runs from the checkout (paths.checkout_root); hand it absolute paths.
     out_dir = out_dir.resolve()
     template = Path(settings.chat_template).resolve() if settings.chat_template else None
     if engine_of(arm) == "llama-server":
@@ -647,7 +686,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: dict[str, Any], out_dir: Path,
         proc = llama_server.ServerProcess(
             argv, port=port, host=settings.host, log_path=out_dir / "server.log",
             env=llama_server.clean_env(exact=settings.exact),
-            startup_timeout_s=settings.startup_timeout_s, cwd=paths.REPO_ROOT,
+            startup_timeout_s=settings.startup_timeout_s, cwd=paths.checkout_root(),
             preexec=_die_with_parent)
     return proc
 
@@ -707,8 +746,11 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
     arm = arm_config(cfg, entry)
     engine = engine_of(arm)
     out_dir = Path(out_dir)
+    if sets is None:
+        sets = load_checked_sets(settings.testset_dir())
+    plan = plan_subset(sets, settings.subset)  # before anything is written (a bad subset)
     store = ResultStore(out_dir)
-    fp = fingerprint(cfg, arm, settings)
+    fp = fingerprint(cfg, arm, settings, plan)
     try:
         digest = store.fingerprint_check(fp)
     except RunMismatchError as e:
@@ -717,9 +759,6 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
         print(f"run {entry.entry}: starting over. {e}", file=sys.stderr)
         shutil.rmtree(out_dir)
         digest = store.fingerprint_check(fp)
-    if sets is None:
-        sets = load_checked_sets(settings.testset_dir())
-    plan = plan_subset(sets, settings.subset)
     n_expected = sum(p.n_timed for p in plan)
     rows = store.rows()
     done = {(r["set"], r["conversation"], r["turn"], r["reply"]): r for r in rows}
@@ -744,6 +783,7 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
                         view.conversation(entry.entry, f"{p.set_name}/{p.conversation.name}",
                                           p.n_timed)
                         n_conv = 0
+                        resumed_here = False  # an earlier reply of it was stored
                         walk = _timed_replies(client, p, done, max_tokens=settings.max_tokens)
                         while True:
                             try:
@@ -757,13 +797,14 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
                                 ) from e
                             n_conv += 1
                             if reply is None:
+                                resumed_here = True
                                 view.reply(entry.entry, None)
                                 continue
                             row = make_row(reply, entry=entry, engine=engine,
                                            set_name=p.set_name, conv=p.conversation, turn=ti,
                                            reply_index=ri, max_tokens=settings.max_tokens,
                                            protocol_cap=settings.protocol_cap,
-                                           fingerprint=digest)
+                                           fingerprint=digest, after_resume=resumed_here)
                             store.append(row)
                             done[row.key] = asdict(row)
                             view.reply(entry.entry, row)
@@ -785,7 +826,10 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
 def _resumes(store: ResultStore, resumed_from: int) -> list[dict[str, Any]]:
     d = json.loads(store.run_path.read_text())
     resumes = list(d.get("resumes", []))
-    resumes.append({"time": datetime.now(UTC).isoformat(), "stored_replies": resumed_from})
+    from adaspark.provenance import git_state
+
+    resumes.append({"time": datetime.now(UTC).isoformat(), "stored_replies": resumed_from,
+                    "git": git_state()})
     return resumes
 
 

@@ -479,11 +479,6 @@ class ArmService:
     def _run(self, job: Job) -> JobResult:
         t = self.parts.target
         self.n_requests += 1
-        keep = 0
-        for a, b in zip(t.committed[: t.n_kv], job.prompt[:-1], strict=False):
-            if a != b:
-                break
-            keep += 1
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         parser = tool_calls.ReplyParser(job.tool_format, id_prefix=uuid.uuid4().hex[:8] + "_")
         assembler = tool_calls.MessageAssembler()
@@ -529,6 +524,7 @@ class ArmService:
         finish = ("tool_calls" if assembler.calls else
                   "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
         n_gen = len(gen.tokens) if gen is not None else n_out[0]
+        keep = t.reused if gen is not None else 0  # prompt tokens the prefill took from cache
         timings = self._timings(gen, stats, keep, len(job.prompt), stop)
         return JobResult(message=assembler.message(), finish_reason=finish,
                          prompt_tokens=len(job.prompt), completion_tokens=n_gen,
@@ -755,7 +751,7 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 def fresh_store_dir(arm: str) -> Path:
     """A new directory per arm under ``runs/serve/`` (an empty store: a cold arm)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = paths.REPO_ROOT / "runs" / "serve" / arm
+    base = paths.checkout_root() / "runs" / "serve" / arm
     d = base / stamp
     k = 1
     while d.exists():

@@ -6,7 +6,8 @@ confidence for a position is its probability of the pick; the pick's share is th
 over the top-K mass (§3.3). The small model's own KV cache is kept in step with what the target
 committed: before drafting it drops the cells past the longest common prefix of its cached tokens
 and the committed ones, then decodes the committed tokens it has not seen (catching up after rounds
-it did not draft, inside this round's fixed cost D).
+it did not draft, inside this round's fixed cost D). At the start of a request it prefills the
+prompt in whole chunks, as the target does, so that its drafts do not depend on earlier requests.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from pathlib import Path
 import numpy as np
 
 from adaspark.drafter.base import Block, Drafter, register_drafter
-from adaspark.engine import EngineError, Model, _llama
+from adaspark.engine import (
+    PREFILL_CHUNK_FAST,
+    EngineError,
+    Model,
+    _llama,
+    prefill_chunks,
+    reusable_prefix,
+)
+from adaspark.tree import MAX_ROWS_EXACT
 
 
 def top_k_softmax(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -42,13 +51,32 @@ class DraftModelDrafter(Drafter):
         if target_vocab is not None:
             check_same_vocab(target_vocab, self.model.token_texts(), str(path))
         self.cached: list[int] = []  # tokens whose KV is in the drafter's sequence 0
+        self.chunk = MAX_ROWS_EXACT if exact else PREFILL_CHUNK_FAST
+        self.n_canonical = 0  # leading cells written by whole prefill chunks
 
     def close(self) -> None:
         self.model.close()
 
     def begin(self, prompt: list[int]) -> None:
-        # Nothing to reset: the common-prefix sync in draft() reuses whatever still matches.
-        pass
+        """Prefill the prompt (all but its last token) as the target does: in whole chunks at
+        multiples of the chunk size, reusing cached cells only in whole chunks that an earlier
+        prefill wrote, so a request's drafts do not depend on what this process drafted before
+        (:class:`adaspark.engine.Target`, "Prefill and history"). Within a request, drafts
+        reuse whatever still matches."""
+        m = self.model
+        common = 0
+        for a, b in zip(self.cached, prompt[:-1], strict=False):
+            if a != b:
+                break
+            common += 1
+        keep = reusable_prefix(common, self.n_canonical, self.chunk)
+        _llama().llama_memory_seq_rm(m.mem, 0, keep, -1)
+        end = len(prompt) - 1
+        for a, b in prefill_chunks(keep, end, self.chunk):
+            m._fill(prompt[a:b], range(a, b), [[0]] * (b - a), [False] * (b - a))
+            m._decode()
+        self.cached = list(prompt[:end])
+        self.n_canonical = end // self.chunk * self.chunk
 
     def _sync(self, committed: list[int]) -> np.ndarray:
         """Bring the KV to ``committed`` and return the logits after its last token."""
@@ -61,6 +89,7 @@ class DraftModelDrafter(Drafter):
             keep += 1
         ll.llama_memory_seq_rm(m.mem, 0, keep, -1)
         self.cached = self.cached[:keep]
+        self.n_canonical = min(self.n_canonical, keep)
         todo = committed[keep:]
         for start in range(0, len(todo), m.n_batch):
             chunk = todo[start : start + m.n_batch]

@@ -58,6 +58,7 @@ class ArmCheck:
     speculative: bool = False
     width1_exempt: bool = False
     width1_share: float | None = None
+    after_resume: int = 0  # replies a resumed run's new server made mid-conversation
 
 
 def expected_keys(plan: list[Planned], rows: dict[tuple[str, str, int, int], dict[str, Any]]
@@ -122,6 +123,7 @@ def check_arm(cfg: Any, entry_text: str, run_dir: Path, settings: RunSettings,
     res.replies = len(rows)
     statuses = [r["status"] for r in rows.values()]
     res.counts = {s: statuses.count(s) for s in (CUT, LOOPED, SINGLE_DELTA)}
+    res.after_resume = sum(int(r.get("after_resume") or 0) for r in rows.values())
     if res.speculative:
         if res.width1_exempt:
             n_rounds = sum(r["server_rounds"] for r in rows.values()
@@ -153,7 +155,8 @@ def check_runs(cfg: Any, runs_dir: Path, sets: list[SetFile] | None = None) -> d
         "totals": totals,
         "arms": {c.entry: {"ok": not c.problems, "problems": c.problems, "replies": c.replies,
                            "counts": c.counts, "speculative": c.speculative,
-                           "width1_exempt": c.width1_exempt, "width1_share": c.width1_share}
+                           "width1_exempt": c.width1_exempt, "width1_share": c.width1_share,
+                           "after_resume": c.after_resume}
                  for c in checks},
     }
 
@@ -176,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         c = r["counts"]
         extra = ("" if r["width1_share"] is None
                  else f", width-1 rounds {100 * r['width1_share']:.1f}%")
+        if r["after_resume"]:
+            extra += (f", {r['after_resume']} made after a resume mid-conversation (llama-server "
+                      "arms: their prompt cache was empty, so such a reply may differ from an "
+                      "uninterrupted run at a near tie)")
         print(f"check: {entry}: {r['replies']} replies, {c.get(CUT, 0)} cut, "
               f"{c.get(LOOPED, 0)} looped, {c.get(SINGLE_DELTA, 0)} single-delta{extra}"
               f"{'' if r['ok'] else ' -- FAILED'}")

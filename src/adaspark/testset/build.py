@@ -94,7 +94,7 @@ Probe = Callable[[str, str], str | None]
 def shown(path: Path) -> str:
     """``path`` relative to the repository when inside it (shorter, machine-independent)."""
     try:
-        return str(path.resolve().relative_to(paths.REPO_ROOT))
+        return str(path.resolve().relative_to(paths.checkout_root()))
     except ValueError:
         return str(path)
 
