@@ -165,3 +165,20 @@ def test_a_stale_extra_group_directory_is_refused_and_old_runs_lack_a_preset(
     assert e.value.run_dir == runs / "extra" / "instrumented" / "adaspark"
     assert e.value.stage == "instrumented@adaspark"
     assert "'short'" in str(e.value) and "'smoke'" in str(e.value)
+
+
+def test_a_named_directory_without_a_readable_run_json_is_refused(
+        mixed_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(mixed_runs, runs)
+    params = smoke_params(tmp_path / "params.yaml")
+    (runs / "arms" / "llamacpp-chain" / "run.json").write_text('{"fingerprint": ')
+    rc = tables_stage.main(["--params", str(params), "--runs", str(runs), "--out",
+                            str(tmp_path / "tables")])
+    err = capsys.readouterr().err
+    assert rc == 1 and str(runs / "arms" / "llamacpp-chain") in err and "unreadable" in err, err
+    (runs / "arms" / "llamacpp-chain" / "run.json").unlink()
+    rc = tables_stage.main(["--params", str(params), "--runs", str(runs), "--out",
+                            str(tmp_path / "tables")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "origin is unknown" in err and "Traceback" not in err, err

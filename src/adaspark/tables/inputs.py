@@ -174,7 +174,7 @@ class RunSelection:
         than the params name; empty when it is this run's."""
         fp = meta.get("fingerprint")
         if not isinstance(fp, Mapping):
-            return [Mismatch("fingerprint", None, "the runner's fingerprint",
+            return [Mismatch("fingerprint", "none", "the runner's fingerprint",
                              f"{RUN_FILE} is missing or holds none: the run's origin is unknown")]
         models = fp.get("models") if isinstance(fp.get("models"), Mapping) else {}
         run = fp.get("run") if isinstance(fp.get("run"), Mapping) else {}
@@ -475,7 +475,14 @@ class Records:
                 d = self.root / parent / name
                 if not (d / REPLIES_FILE).is_file():
                     continue  # not run (yet): its cells are dashes
-                found = self.selection.mismatches(read_run_meta(d), parent)
+                try:
+                    meta = read_run_meta(d)
+                except (ValueError, UnicodeDecodeError) as e:  # a corrupt run.json
+                    raise StaleRunError(d, stage_of(parent, name), [Mismatch(
+                        RUN_FILE, f"unreadable ({e})", "the runner's JSON",
+                        "the run's origin is unknown")]) from None
+                found = self.selection.mismatches(meta if isinstance(meta, Mapping) else {},
+                                                  parent)
                 if found:
                     raise StaleRunError(d, stage_of(parent, name), found)
 
