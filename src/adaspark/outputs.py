@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from adaspark.tables.inputs import Options, Records
+    from adaspark.tables.inputs import Options, Records, RunSelection
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,18 @@ def registry(kind: str, prefix: str, modules: Sequence[ModuleType],
 
 def build_outputs(specs: Mapping[str, OutputSpec], runs: Path, options: Options,
                   only: Sequence[str] | None,
-                  write: Callable[[Any, str], dict[str, Any]]) -> tuple[list[dict[str, Any]],
-                                                                        list[str]]:
+                  write: Callable[[Any, str], dict[str, Any]],
+                  selection: RunSelection | None) -> tuple[list[dict[str, Any]], list[str]]:
     """Build every spec (or ``only`` those) from the records under ``runs`` and
     ``write(built, name)`` it; return the index entries (``write``'s fields added to each) and
-    the errors of the ones whose input is missing."""
+    the errors of the ones whose input is missing.
+
+    ``selection`` names the run directories to read (the stages pass the params' one; None
+    reads every directory); a named directory holding another run raises
+    :class:`~adaspark.tables.inputs.StaleRunError` before anything is built."""
     from adaspark.tables.inputs import MissingInputError, Records
 
-    records = Records(runs, target_label=options.target)
+    records = Records(runs, target_label=options.target, selection=selection)
     entries: list[dict[str, Any]] = []
     errors: list[str] = []
     for name, spec in specs.items():

@@ -31,7 +31,7 @@ import pandas as pd
 
 from adaspark import paper_values, stats
 from adaspark.tables.common import compare_or_none, throughput_or_none
-from adaspark.tables.inputs import AR, LLAMACPP_CHAIN, Options, Records
+from adaspark.tables.inputs import AR, LLAMACPP_CHAIN, Options, Records, selection_from_params
 from adaspark.tables.render import DASH, ci_text, latex_escape, to_markdown
 
 TABLES_INDEX = "tables.json"
@@ -197,6 +197,10 @@ def _run_section(records: Records, params: dict[str, Any]) -> Section:
     git = provenance.git_state()
     items.append(f"Code: git {git.get('commit')}{' (dirty)' if git.get('dirty') else ''}; "
                  + ", ".join(f"{k} {v}" for k, v in provenance.versions().items()) + ".")
+    left_out = records.left_out()
+    if left_out:
+        items.append("Left out, not made under these params (run_arms and extra_runs do not "
+                     f"name them): {', '.join(left_out)}.")
     sec.ul(items)
     rows = []
     for rel, meta in records.run_metas().items():
@@ -335,8 +339,11 @@ def _figure_sections(figures: list[dict[str, Any]], figures_dir: Path) -> list[S
 
 def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict[str, Any],
                    options: Options) -> list[Section]:
-    """Every section of the report, from the written files (see the module docstring)."""
-    records = Records(runs, target_label=options.target)
+    """Every section of the report, from the written files (see the module docstring). Only the
+    run directories the params name are read (:func:`adaspark.tables.inputs.
+    selection_from_params`); one holding another run raises
+    :class:`~adaspark.tables.inputs.StaleRunError`."""
+    records = Records(runs, target_label=options.target, selection=selection_from_params(params))
     tables = _read_index(tables_dir / TABLES_INDEX).get("tables", [])
     figures = _read_index(figures_dir / FIGURES_INDEX).get("figures", [])
     intro = Section("About this report").p(

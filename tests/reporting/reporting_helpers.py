@@ -5,25 +5,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
 
 from adaspark.stages import figures as figures_stage
 from adaspark.stages import report as report_stage
 from adaspark.stages import tables as tables_stage
 from adaspark.tables import Options
-from adaspark.tables.synthetic import make_synthetic_runs
+from adaspark.tables.synthetic import make_synthetic_runs, synthetic_params
 
 #: Few resamples keep the tests fast; the statistics module's own tests cover the bootstrap.
 FAST = Options(target="synthetic-target", n_resamples=200, seed=11)
 
 
-def write_params(path: Path, preset: str, n_resamples: int = 200) -> Path:
-    """A params file with what the tables, figures and report stages read."""
-    path.write_text(
-        "target: {name: synthetic-target}\n"
-        f"preset: {{name: {preset}}}\n"
-        "run_arms: [llamacpp-chain, chain3, adaspark]\n"
-        "run: {subset: short, cap: 128}\n"
-        f"tables: {{seed: 11, n_resamples: {n_resamples}, context_split_tokens: 2048}}\n")
+def write_params(path: Path, preset: str, n_resamples: int = 200,
+                 **sections: Any) -> Path:
+    """A params file with what the tables, figures and report stages read: the runs
+    ``make_synthetic_runs(preset=preset)`` writes (``synthetic_params``), few resamples, and
+    ``sections`` replacing whole top-level sections."""
+    params = synthetic_params(preset) | {
+        "tables": {"seed": 11, "n_resamples": n_resamples, "context_split_tokens": 2048}}
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(params | sections)))
     return path
 
 

@@ -6,7 +6,8 @@ Each figure of :data:`adaspark.figures.FIGURES` is built from the records under 
 written as ``<out>/figN.png`` and ``.pdf``; ``<out>/figures.json`` indexes them (captions
 computed from the data, which preset fills an empty panel) for the report. A figure whose input
 is missing is not written: the stage names the stage that makes the input and exits 1 after
-writing the others.
+writing the others. It reads the runs the params name, as the tables stage does
+(:mod:`adaspark.stages.tables`).
 """
 
 from __future__ import annotations
@@ -23,18 +24,20 @@ from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, write_index
 from adaspark.stages.tables import options_from_params
 from adaspark.tables import Options
+from adaspark.tables.inputs import RunSelection, RunSelectionError, selection_from_params
 
 
-def write_figures(runs: Path, out: Path, options: Options,
-                  only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """Build and write every figure (or ``only`` those); return the index and the errors."""
+def write_figures(runs: Path, out: Path, options: Options, only: list[str] | None = None, *,
+                  selection: RunSelection | None) -> tuple[dict[str, Any], list[str]]:
+    """Build and write every figure (or ``only`` those) from the run directories ``selection``
+    names (None: every one under ``runs``); return the index and the errors."""
     def write(fig: Figure, name: str) -> dict[str, Any]:
         info = info_of(fig)
         files = save(fig, out, name)
         return {"title": info.get("title", ""), "caption": info.get("caption", ""),
                 "complete": info.get("complete", True), "files": [str(p) for p in files]}
 
-    entries, errors = build_outputs(FIGURES, runs, options, only, write)
+    entries, errors = build_outputs(FIGURES, runs, options, only, write, selection)
     index = {"preset": options.preset, "target": options.target, "runs": str(runs),
              "figures": entries}
     write_index(out / "figures.json", index)
@@ -45,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "figures", "fig3,fig8")
     a = ap.parse_args(argv)
     params = load_params(a.params)
-    index, errors = write_figures(a.runs, a.out, options_from_params(params), a.only)
+    try:
+        index, errors = write_figures(a.runs, a.out, options_from_params(params), a.only,
+                                      selection=selection_from_params(params))
+    except RunSelectionError as e:
+        print(f"figures: FAILED {e}", file=sys.stderr)
+        return 1
     for e in index["figures"]:
         if not e.get("error"):
             print(f"figures: {e['label']} -> {a.out}/{e['name']}.png|pdf"

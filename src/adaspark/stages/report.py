@@ -16,6 +16,7 @@ from pathlib import Path
 from adaspark.report import write_report
 from adaspark.stages import load_params
 from adaspark.stages.tables import options_from_params
+from adaspark.tables.inputs import RunSelectionError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {a.figures / 'figures.json'} is missing: the `figures` stage makes it "
               "(dvc repro figures)", file=sys.stderr)
         return 1
-    written = write_report(a.runs, a.tables, a.figures, a.out, params, options_from_params(params))
+    try:
+        written = write_report(a.runs, a.tables, a.figures, a.out, params,
+                               options_from_params(params))
+    except RunSelectionError as e:
+        print(f"report: FAILED {e}", file=sys.stderr)
+        return 1
     for p in written:
         print(f"report: wrote {p}")
     return 0

@@ -10,7 +10,10 @@ after writing the others.
 
 Reads from the params file: ``target.name`` (the label), ``preset.name`` and the ``tables``
 section (``seed``, ``n_resamples``, ``context_split_tokens``: the bootstrap of §4.1, recorded in
-``tables.json``).
+``tables.json``), and which runs to read: ``run_arms`` and ``extra_runs`` name the directories,
+``target``, ``drafter``, ``run.subset``, ``extra_runs.<group>.subset``, ``run.cap`` and
+``preset.name`` what each must have recorded (:class:`adaspark.tables.inputs.RunSelection`;
+other directories under ``--runs`` are left out, a named one that disagrees fails the stage).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from adaspark import stats
 from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, write_index
 from adaspark.tables import TABLES, Options
+from adaspark.tables.inputs import RunSelection, RunSelectionError, selection_from_params
 from adaspark.tables.render import formatted, missing_cells, write_table
 
 
@@ -41,9 +45,10 @@ def options_from_params(params: dict[str, Any]) -> Options:
     )
 
 
-def write_tables(runs: Path, out: Path, options: Options,
-                 only: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """Build and write every table (or ``only`` those); return the index and the errors."""
+def write_tables(runs: Path, out: Path, options: Options, only: list[str] | None = None, *,
+                 selection: RunSelection | None) -> tuple[dict[str, Any], list[str]]:
+    """Build and write every table (or ``only`` those) from the run directories ``selection``
+    names (None: every one under ``runs``); return the index and the errors."""
     def write(frame: pd.DataFrame, name: str) -> dict[str, Any]:
         files = write_table(frame, out, name)
         cells = formatted(frame)
@@ -54,7 +59,7 @@ def write_tables(runs: Path, out: Path, options: Options,
             "files": [str(p) for p in files],
         }
 
-    entries, errors = build_outputs(TABLES, runs, options, only, write)
+    entries, errors = build_outputs(TABLES, runs, options, only, write, selection)
     index = {"preset": options.preset, "target": options.target, "seed": options.seed,
              "n_resamples": options.n_resamples,
              "context_split_tokens": options.context_split_tokens, "runs": str(runs),
@@ -67,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "paper/tables", "table1,table4")
     a = ap.parse_args(argv)
     params = load_params(a.params)
-    index, errors = write_tables(a.runs, a.out, options_from_params(params), a.only)
+    try:
+        index, errors = write_tables(a.runs, a.out, options_from_params(params), a.only,
+                                     selection=selection_from_params(params))
+    except RunSelectionError as e:
+        print(f"tables: FAILED {e}", file=sys.stderr)
+        return 1
     for e in index["tables"]:
         if not e.get("error"):
             print(f"tables: {e['label']} -> {a.out}/{e['name']}.csv|md|tex"

@@ -21,12 +21,18 @@ Each arm directory holds ``replies.parquet`` and ``run.json`` (the runner's fing
 cap, engine, binary and model checksums). A table whose input directory is missing fails with
 :class:`MissingInputError`, naming the stage that makes it; an arm a preset did not run is simply
 absent, and its cells are dashes.
+
+Run directories persist between pipeline runs (``persist: true`` in dvc.yaml), so ``runs/`` can
+hold runs another preset, target or subset made. The stages read only the directories the
+current params name (:class:`RunSelection`, from ``run_arms`` and ``extra_runs``), and refuse
+(:class:`StaleRunError`) a named directory whose ``run.json`` records another target, drafter,
+subset, cap or preset than the params.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -101,6 +107,160 @@ class MissingInputError(FileNotFoundError):
             f"{what} needs {path}, which the `{stage}` stage makes{also}: run "
             f"`dvc repro {stage}` (or the whole pipeline, `dvc repro`) first"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Which run directories the params name
+
+
+class RunSelectionError(ValueError):
+    """The params do not say which runs to read (a model the manifest does not hold), or a run
+    directory they name holds another run (:class:`StaleRunError`)."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One fingerprint key whose recorded value differs from what the params name."""
+
+    key: str
+    recorded: Any
+    expected: Any
+    source: str
+
+
+class StaleRunError(RunSelectionError):
+    """A run directory the params name holds a run made with other settings (another target,
+    drafter, subset, cap or preset): the tables, figures and report refuse to label it as this
+    run's. The message names the directory, each key with both values, and the fix."""
+
+    def __init__(self, run_dir: Path, stage: str, mismatches: list[Mismatch]) -> None:
+        self.run_dir, self.stage, self.mismatches = Path(run_dir), stage, list(mismatches)
+        what = "\n  ".join(
+            f"{m.key}: {RUN_FILE} records {m.recorded!r}, the params name {m.expected!r} "
+            f"({m.source})" for m in mismatches)
+        super().__init__(
+            f"{run_dir} holds a run made with other settings than the params name, so it is "
+            f"not read as this run's:\n  {what}\nRerun its stage (`dvc repro --force "
+            f"--single-item {stage}`: the run restarts when its fingerprint changed), or delete "
+            f"{run_dir} and run `dvc repro`.")
+
+
+@dataclass(frozen=True)
+class RunSelection:
+    """The run directories the current params name, and what each must have recorded.
+
+    ``dirs`` maps a parent under ``runs/`` (``arms``, ``extra/<group>``) to the directory names
+    the params name there (``run_arms``; ``extra_runs.<group>.arms``, repeat entries
+    ``<arm>@2``); ``subsets`` maps the same parents to the subset their runs serve. A field that
+    is None is not compared (the params do not say). ``preset`` is compared only with a
+    ``run.json`` that records one (runs made before the fingerprint held it are accepted).
+    """
+
+    dirs: Mapping[str, tuple[str, ...]]
+    subsets: Mapping[str, str | None]
+    target_file: str | None = None
+    target_sha256: str | None = None
+    drafter_file: str | None = None
+    drafter_sha256: str | None = None
+    cap: int | None = None
+    preset: str | None = None
+
+    def names(self, parent: str) -> tuple[str, ...]:
+        """The directory names the params name under ``parent`` (``arms``, ``extra/short``)."""
+        return tuple(self.dirs.get(parent, ()))
+
+    def mismatches(self, meta: Mapping[str, Any], parent: str) -> list[Mismatch]:
+        """What a run directory's ``run.json`` (``meta``) under ``parent`` records otherwise
+        than the params name; empty when it is this run's."""
+        fp = meta.get("fingerprint")
+        if not isinstance(fp, Mapping):
+            return [Mismatch("fingerprint", "none", "the runner's fingerprint",
+                             f"{RUN_FILE} is missing or holds none: the run's origin is unknown")]
+        models = fp.get("models") if isinstance(fp.get("models"), Mapping) else {}
+        run = fp.get("run") if isinstance(fp.get("run"), Mapping) else {}
+        out: list[Mismatch] = []
+
+        def check(key: str, recorded: Any, expected: Any, source: str) -> None:
+            if expected is not None and recorded != expected:
+                out.append(Mismatch(key, recorded, expected, source))
+
+        target = models.get("target") if isinstance(models.get("target"), Mapping) else {}
+        check("models.target.file", target.get("file"), self.target_file,
+              "target.model or target.path")
+        check("models.target.sha256", target.get("sha256"), self.target_sha256,
+              "target.model in data/models.json")
+        drafter = models.get("drafter")
+        if isinstance(drafter, Mapping):  # recorded by speculative arms only
+            check("models.drafter.file", drafter.get("file"), self.drafter_file,
+                  "drafter.model or drafter.path")
+            check("models.drafter.sha256", drafter.get("sha256"), self.drafter_sha256,
+                  "drafter.model in data/models.json")
+        subset_source = ("run.subset" if parent in (ARMS_DIR, f"{EXTRA_DIR}/repeat")
+                         else f"extra_runs.{parent.split('/')[-1]}.subset")
+        check("run.subset", run.get("subset"), self.subsets.get(parent), subset_source)
+        check("run.cap", run.get("cap"), self.cap, "run.cap")
+        if "preset" in run:
+            check("run.preset", run.get("preset"), self.preset, "preset.name")
+        return out
+
+
+def stage_of(parent: str, name: str) -> str:
+    """The dvc.yaml stage that makes run directory ``<parent>/<name>`` (``run@chain3``,
+    ``repeat@adaspark`` for ``extra/repeat/adaspark@2``, ``heldout@adaspark``)."""
+    if parent == ARMS_DIR:
+        return f"{STAGE_RUN}@{name}"
+    group = parent.split("/")[-1]
+    return f"{group}@{name.split('@')[0]}" if group == STAGE_REPEAT else f"{group}@{name}"
+
+
+def _model_expected(section: Any, role: str,
+                    manifest: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+    """The file name and manifest sha256 a ``target``/``drafter`` params section names (its
+    ``path`` when set, else its ``model``'s manifest entry); (None, None) when it names none."""
+    if not isinstance(section, Mapping):
+        return None, None
+    if section.get("path"):
+        return Path(str(section["path"])).expanduser().name, None
+    model = section.get("model")
+    if not model:
+        return None, None
+    if manifest is None:
+        from adaspark import model_files
+
+        manifest = model_files.load_manifest()
+    entry = manifest.get(str(model))
+    if entry is None:
+        raise RunSelectionError(
+            f"{role}.model {model!r} is not an entry of data/models.json (entries: "
+            f"{', '.join(sorted(manifest))}): name one of them, or a file with {role}.path=")
+    return str(entry.file), entry.sha256
+
+
+def selection_from_params(params: Mapping[str, Any],
+                          manifest: Mapping[str, Any] | None = None) -> RunSelection:
+    """The run directories the params name (``run_arms``, ``extra_runs``) and the target,
+    drafter, subsets, cap and preset their runs must have recorded. ``manifest`` (entries with
+    ``.file`` and ``.sha256``) defaults to ``data/models.json``."""
+    run = params.get("run") if isinstance(params.get("run"), Mapping) else {}
+    extra = params.get("extra_runs") if isinstance(params.get("extra_runs"), Mapping) else {}
+    dirs: dict[str, tuple[str, ...]] = {ARMS_DIR: tuple(map(str, params.get("run_arms") or ()))}
+    subsets: dict[str, str | None] = {ARMS_DIR: run.get("subset")}
+    for group, spec in extra.items():
+        spec = spec if isinstance(spec, Mapping) else {}
+        arms = tuple(map(str, spec.get("arms") or ()))
+        parent = f"{EXTRA_DIR}/{group}"
+        if group == STAGE_REPEAT:  # the repeat stage serves run.subset, entries <arm>@2
+            dirs[parent], subsets[parent] = tuple(f"{a}@2" for a in arms), run.get("subset")
+        else:
+            dirs[parent], subsets[parent] = arms, spec.get("subset")
+    tfile, tsha = _model_expected(params.get("target"), "target", manifest)
+    dfile, dsha = _model_expected(params.get("drafter"), "drafter", manifest)
+    preset = params.get("preset")
+    preset_name = preset.get("name") if isinstance(preset, Mapping) else preset
+    return RunSelection(
+        dirs=dirs, subsets=subsets, target_file=tfile, target_sha256=tsha, drafter_file=dfile,
+        drafter_sha256=dsha, cap=run.get("cap"),
+        preset=None if preset_name is None else str(preset_name))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,7 +429,12 @@ def without_looped(frame: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Records:
-    """Lazy access to every record under one run directory (``runs/``).
+    """Lazy access to the records under one run directory (``runs/``).
+
+    With a ``selection`` (the pipeline's stages always pass one, built from the params by
+    :func:`selection_from_params`) only the run directories it names are read, and a named one
+    whose ``run.json`` disagrees with it raises :class:`StaleRunError` when the records are
+    made; without one (tests, notebooks) every run directory under the root is read.
 
     Properties that a table cannot do without raise :class:`MissingInputError` naming the
     stage; optional groups (held-out, short, repeat) are empty frames when not run.
@@ -277,16 +442,64 @@ class Records:
 
     root: Path
     target_label: str | None = None
+    selection: RunSelection | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
+        if self.selection is not None:
+            self.check_runs()
+
+    # -- which run directories ------------------------------------------------------------------
+
+    def dirs(self, parent: Path) -> list[Path]:
+        """The run directories (with per-reply rows) read under ``parent``, sorted by name:
+        those the selection names there, or every one when there is no selection."""
+        parent = Path(parent)
+        if self.selection is None:
+            return run_dirs(parent)
+        names = self.selection.names(parent.relative_to(self.root).as_posix())
+        return [parent / n for n in sorted(set(names)) if (parent / n / REPLIES_FILE).is_file()]
+
+    def _parents(self) -> list[Path]:
+        return [self.root / ARMS_DIR, *sorted(p for p in (self.root / EXTRA_DIR).glob("*")
+                                              if p.is_dir())]
+
+    def check_runs(self) -> None:
+        """Raise :class:`StaleRunError` for the first run directory the selection names whose
+        ``run.json`` records another target, drafter, subset, cap or preset."""
+        if self.selection is None:
+            return
+        for parent, names in self.selection.dirs.items():
+            for name in sorted(set(names)):
+                d = self.root / parent / name
+                if not (d / REPLIES_FILE).is_file():
+                    continue  # not run (yet): its cells are dashes
+                try:
+                    meta = read_run_meta(d)
+                except (ValueError, UnicodeDecodeError) as e:  # a corrupt run.json
+                    raise StaleRunError(d, stage_of(parent, name), [Mismatch(
+                        RUN_FILE, f"unreadable ({e})", "the runner's JSON",
+                        "the run's origin is unknown")]) from None
+                found = self.selection.mismatches(meta if isinstance(meta, Mapping) else {},
+                                                  parent)
+                if found:
+                    raise StaleRunError(d, stage_of(parent, name), found)
+
+    def left_out(self) -> list[str]:
+        """Run directories under the root (paths relative to it) the selection does not name:
+        leftovers of other params, not read. Empty without a selection."""
+        if self.selection is None:
+            return []
+        read = {d for p in self._parents() for d in self.dirs(p)}
+        return [str(d.relative_to(self.root)) for p in self._parents() for d in run_dirs(p)
+                if d not in read]
 
     # -- per-reply rows -------------------------------------------------------------------------
 
     @cached_property
     def main_dirs(self) -> list[Path]:
-        return run_dirs(self.root / ARMS_DIR)
+        return self.dirs(self.root / ARMS_DIR)
 
     def replies(self, what: str = "this table") -> pd.DataFrame:
         """Every run of the main subset: ``runs/arms/*`` plus second runs (``extra/repeat``)."""
@@ -295,7 +508,7 @@ class Records:
                                     STAGE_RUN)
         key = "replies"
         if key not in self._cache:
-            dirs = [*self.main_dirs, *run_dirs(self.root / EXTRA_DIR / "repeat")]
+            dirs = [*self.main_dirs, *self.dirs(self.root / EXTRA_DIR / "repeat")]
             self._cache[key] = concat_replies(dirs)
         return self._cache[key]
 
@@ -303,7 +516,7 @@ class Records:
         """Rows of an optional group under ``runs/extra/<group>`` (empty when not run)."""
         key = f"group:{group}"
         if key not in self._cache:
-            self._cache[key] = concat_replies(run_dirs(self.root / EXTRA_DIR / group))
+            self._cache[key] = concat_replies(self.dirs(self.root / EXTRA_DIR / group))
         return self._cache[key]
 
     @property
@@ -320,7 +533,7 @@ class Records:
 
     def instrumented_dirs(self, what: str = "this figure") -> list[Path]:
         parent = self.root / EXTRA_DIR / "instrumented"
-        dirs = run_dirs(parent)
+        dirs = self.dirs(parent)
         if not dirs:
             raise MissingInputError(what, parent / "<arm>" / REPLIES_FILE, STAGE_INSTRUMENTED)
         return dirs
@@ -368,7 +581,7 @@ class Records:
 
     def subset_of(self, parent: Path) -> str | None:
         """The subset the runs under ``parent`` served (their ``run.json``)."""
-        for d in run_dirs(parent):
+        for d in self.dirs(parent):
             sub = read_run_meta(d).get("fingerprint", {}).get("run", {}).get("subset")
             if sub:
                 return str(sub)
@@ -383,10 +596,10 @@ class Records:
         return self.subset_of(self.root / EXTRA_DIR / "heldout")
 
     def run_metas(self) -> dict[str, dict[str, Any]]:
-        """``run.json`` of every run directory, keyed by its path under the root."""
+        """``run.json`` of every run directory read, keyed by its path under the root."""
         out: dict[str, dict[str, Any]] = {}
-        for parent in (self.root / ARMS_DIR, *sorted((self.root / EXTRA_DIR).glob("*"))):
-            for d in run_dirs(parent):
+        for parent in self._parents():
+            for d in self.dirs(parent):
                 out[str(d.relative_to(self.root))] = read_run_meta(d)
         return out
 

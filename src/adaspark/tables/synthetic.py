@@ -149,7 +149,7 @@ def _write_run(run_dir: Path, rows: list[dict[str, Any]], subset: str, cap: int,
 
 
 def _instrumented(run_dir: Path, arm: str, plan: list[dict[str, Any]], cap: int,
-                  seed: int, max_tokens: int) -> None:
+                  seed: int, max_tokens: int, subset: str) -> None:
     """The real scheduler on the simulator, with per-round logs, one request per reply."""
     from adaspark.scheduler.scheduler import AdaSparkRule
     from adaspark.scheduler.simulator import (
@@ -176,7 +176,7 @@ def _instrumented(run_dir: Path, arm: str, plan: list[dict[str, Any]], cap: int,
         row["completion_tokens"] = int(s["committed"])
         if row["status"] != "single-delta":
             row["status"] = "finished"
-    _write_run(run_dir, rows, "short", cap, arm)
+    _write_run(run_dir, rows, subset, cap, arm)
 
 
 def _survey(path: Path, widths: list[int], prompts: int, seed: int) -> None:
@@ -218,6 +218,29 @@ def _fig5(path: Path, prompts: int, seed: int) -> None:
     (path.parent / "fig5.json").write_text(json.dumps({"synthetic": True}) + "\n")
 
 
+def synthetic_params(preset: str = "paper") -> dict[str, Any]:
+    """The params sections that name what :func:`make_synthetic_runs` writes for ``preset``
+    (``target``, ``preset``, ``run_arms``, ``run``, ``extra_runs``), as the pipeline's
+    ``params.yaml`` would: the stages read exactly those runs (:class:`~adaspark.tables.inputs.
+    RunSelection`)."""
+    if preset not in ("paper", "default"):
+        raise ValueError(f"preset must be 'paper' or 'default', not {preset!r}")
+    paper = preset == "paper"
+    return {
+        "target": {"name": Path(TARGET_FILE).stem, "model": None, "path": TARGET_FILE},
+        "preset": {"name": preset},
+        "run_arms": list(PAPER_ARMS if paper else DEFAULT_ARMS),
+        "run": {"subset": "evaluation" if paper else "short", "cap": 8192 if paper else 128},
+        "extra_runs": {
+            "repeat": {"arms": [inp.ADASPARK] if paper else []},
+            "heldout": {"arms": [inp.LLAMACPP_CHAIN, inp.ADASPARK] if paper else [],
+                        "subset": "heldout"},
+            "short": {"arms": [inp.LLAMACPP_AR, inp.AR] if paper else [], "subset": "short"},
+            "instrumented": {"arms": [inp.ADASPARK, inp.COSTMODEL], "subset": "short"},
+        },
+    }
+
+
 def make_synthetic_runs(root: Path, *, preset: str = "paper", seed: int = 0,
                         conversations_per_source: int = 2, turns: int = 2,
                         instrumented_tokens: int = 96) -> Path:
@@ -227,31 +250,28 @@ def make_synthetic_runs(root: Path, *, preset: str = "paper", seed: int = 0,
     on the short subset and the full survey; ``preset="default"`` only the default pipeline's
     arms on the short subset with the reduced survey (so tables show dashes where it ran less).
     """
-    if preset not in ("paper", "default"):
-        raise ValueError(f"preset must be 'paper' or 'default', not {preset!r}")
+    params = synthetic_params(preset)  # what it writes: the runs these params name
     root = Path(root)
     paper = preset == "paper"
-    cap = 8192 if paper else 128
-    subset = "evaluation" if paper else "short"
+    cap, subset = params["run"]["cap"], params["run"]["subset"]
+    extra = params["extra_runs"]
     plan = _plan(conversations_per_source, turns)
-    arms = PAPER_ARMS if paper else DEFAULT_ARMS
-    for arm in arms:
+    for arm in params["run_arms"]:
         _write_run(root / inp.ARMS_DIR / arm, _rows(arm, 1, plan, cap, seed), subset, cap, arm)
-    if paper:
-        _write_run(root / inp.EXTRA_DIR / "repeat" / f"{inp.ADASPARK}@2",
-                   _rows(inp.ADASPARK, 2, plan, cap, seed), subset, cap, inp.ADASPARK)
-        held = _plan(1, turns, first=conversations_per_source)
-        for arm in (inp.LLAMACPP_CHAIN, inp.ADASPARK):
-            _write_run(root / inp.EXTRA_DIR / "heldout" / arm, _rows(arm, 1, held, cap, seed + 1),
-                       "heldout", cap, arm)
-        short = _plan(1, turns)
-        for arm in (inp.LLAMACPP_AR, inp.AR):
-            _write_run(root / inp.EXTRA_DIR / "short" / arm, _rows(arm, 1, short, cap, seed + 2),
-                       "short", cap, arm)
+    for arm in extra["repeat"]["arms"]:
+        _write_run(root / inp.EXTRA_DIR / "repeat" / f"{arm}@2",
+                   _rows(arm, 2, plan, cap, seed), subset, cap, arm)
+    held = _plan(1, turns, first=conversations_per_source)
+    for arm in extra["heldout"]["arms"]:
+        _write_run(root / inp.EXTRA_DIR / "heldout" / arm, _rows(arm, 1, held, cap, seed + 1),
+                   extra["heldout"]["subset"], cap, arm)
     short = _plan(1, turns)
-    for arm in (inp.ADASPARK, inp.COSTMODEL):
+    for arm in extra["short"]["arms"]:
+        _write_run(root / inp.EXTRA_DIR / "short" / arm, _rows(arm, 1, short, cap, seed + 2),
+                   extra["short"]["subset"], cap, arm)
+    for arm in extra["instrumented"]["arms"]:
         _instrumented(root / inp.EXTRA_DIR / "instrumented" / arm, arm, short, cap, seed,
-                      instrumented_tokens)
+                      instrumented_tokens, extra["instrumented"]["subset"])
     widths = ([1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 63] if paper
               else [1, 2, 4, 8, 16, 32])
     _survey(root / inp.SURVEY_FILE, widths, 3 if paper else 1, seed)
