@@ -259,6 +259,9 @@ def resolve(model_cfg: Any) -> tuple[Path, str | None]:
     (a user's own GGUF, hash recorded but not checked), else its manifest ``model``."""
     if model_cfg.get("path"):
         p = Path(str(model_cfg.path)).expanduser()
+        if p.is_dir():
+            raise ModelFileError(f"model file {p} (from the config's path=) is a directory: "
+                                 "point path= at the GGUF file itself")
         if not p.is_file():
             raise ModelFileError(f"model file {p} (from the config's path=) does not exist")
         return p, None

@@ -59,7 +59,7 @@ def build_outputs(specs: Mapping[str, OutputSpec], runs: Path, options: Options,
     """Build every spec (or ``only`` those) from the records under ``runs`` and
     ``write(built, name)`` it; return the index entries (``write``'s fields added to each) and
     the errors of the ones whose input is missing."""
-    from adaspark.tables.inputs import MissingInputError, Records
+    from adaspark.tables.inputs import CorruptInputError, MissingInputError, Records
 
     records = Records(runs, target_label=options.target)
     entries: list[dict[str, Any]] = []
@@ -71,7 +71,7 @@ def build_outputs(specs: Mapping[str, OutputSpec], runs: Path, options: Options,
                                  "stages": spec.stages, "filled_by": spec.filled_by}
         try:
             built = spec.build(records, options)
-        except MissingInputError as e:
+        except (MissingInputError, CorruptInputError) as e:
             errors.append(f"{spec.label}: {e}")
             entry |= {"title": spec.module.__doc__.splitlines()[0], "error": str(e)}
             entries.append(entry)

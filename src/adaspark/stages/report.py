@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 from adaspark.report import write_report
-from adaspark.stages import load_params
+from adaspark.stages import load_params, stage_main
 from adaspark.stages.tables import options_from_params
+from adaspark.tables.inputs import CorruptInputError
 
 
+@stage_main("report")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")
@@ -35,7 +37,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {a.figures / 'figures.json'} is missing: the `figures` stage makes it "
               "(dvc repro figures)", file=sys.stderr)
         return 1
-    written = write_report(a.runs, a.tables, a.figures, a.out, params, options_from_params(params))
+    try:
+        written = write_report(a.runs, a.tables, a.figures, a.out, params,
+                               options_from_params(params))
+    except CorruptInputError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 1
     for p in written:
         print(f"report: wrote {p}")
     return 0
