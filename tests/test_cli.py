@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers import run_cli
 
 TINY = ["target=tiny", "drafter=tiny-truncated"]
@@ -63,3 +64,82 @@ def test_missing_user_model_file_is_a_clear_error(tmp_path):
     p = run_cli("generate", "arm=ar", "target=tiny", f"target.path={tmp_path}/none.gguf")
     assert p.returncode == 1
     assert "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+# -- issue 10: nonsense values, bad arguments and crashes are one clear line --------------------
+
+
+def _clear(p, code: int, *words: str) -> None:
+    assert p.returncode == code, (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    for w in words:
+        assert w in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("override,shown", [
+    ("max_tokens=-1", "max_tokens=-1"), ("max_tokens=0", "max_tokens=0"),
+    ("max_tokens=1.5", "max_tokens=1.5"), ("max_tokens=true", "max_tokens=true"),
+    ("max_tokens=null", "max_tokens=null"), ("arm.positions=0", "arm.positions=0"),
+    ("arm.positions=-3", "arm.positions=-3"), ("exact=maybe", "exact='maybe'"),
+    ("threads=abc", "threads='abc'"),
+])
+def test_generate_refuses_nonsense(override, shown):
+    p = run_cli("generate", "arm=chain3", *TINY, "max_tokens=8", override, "json=true")
+    _clear(p, 2, shown, "is not allowed", "must be")
+    assert not p.stdout.strip()  # nothing decoded
+
+
+def test_config_with_a_bad_override_is_a_clear_error():
+    _clear(run_cli("config", "arm=nosuch"), 2, "nosuch")
+    _clear(run_cli("config", "max_tokens=0"), 2, "max_tokens=0")
+
+
+def test_run_refuses_empty_run_arms_and_a_file_as_out(tmp_path):
+    _clear(run_cli("run", *TINY, "run_arms=[]", f"out={tmp_path / 'runs'}"), 2,
+           "run_arms=[] names no arm")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    _clear(run_cli("run", *TINY, "run_arms=[ar]", "run.testset=data/testset", f"out={afile}"),
+           2, f"out={afile} is a file")
+
+
+def test_serve_refuses_a_port_out_of_range():
+    _clear(run_cli("serve", *TINY, "arm=ar", "port=70000"), 2, "port=70000",
+           "from 0 to 65535")
+
+
+def test_serve_binds_before_it_says_listening():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = run_cli("serve", *TINY, "arm=ar", f"port={port}", "warmup=false", timeout=120)
+    _clear(p, 1, f"cannot listen on 127.0.0.1:{port}", "port=0")
+    assert "listening on" not in p.stderr
+
+
+def test_target_path_naming_a_directory(tmp_path):
+    _clear(run_cli("generate", "arm=ar", "target=tiny", f"target.path={tmp_path}"), 1,
+           "is a directory")
+
+
+def test_prompt_longer_than_n_ctx_is_refused_before_decoding():
+    # fast kernels batch the whole prompt: llama.cpp caps the batch at the n_ctx asked for
+    # and pads the context to 256, so this aborted natively (GGML_ASSERT, rc 134)
+    p = run_cli("generate", "arm=ar", *TINY, "exact=false", "target.n_ctx=200",
+                "prompt=" + "word " * 200, "max_tokens=4")
+    _clear(p, 2, "does not fit target.n_ctx=200", "raise target.n_ctx")
+
+
+def test_stage_with_a_missing_params_file(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    p = subprocess.run([sys.executable, "-m", "adaspark.stages.run", "--arm", "ar", "--params",
+                        str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    _clear(p, 2, "nope.yaml does not exist", "adaspark config format=yaml")

@@ -1,7 +1,9 @@
 """``adaspark <command> key=value ...``: every command composes ``conf/`` with its overrides.
 
 Commands: ``generate`` (decode one prompt with an arm), ``models`` (assemble and check the model
-files of ``data/models.json``).
+files of ``data/models.json``), ``serve``, ``run`` and ``config`` (print the composed config).
+Every command checks its composed config against :mod:`adaspark.schema` before it runs: a bad
+value exits 2 with the key, the value and what is allowed; any other failure exits 1.
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ def cmd_models(args: list[str]) -> int:
 def cmd_generate(args: list[str]) -> int:
     """Decode one prompt with ``arm=``; ``json=true`` prints a JSON object last."""
     from adaspark.generate import run_generate
+    from adaspark.schema import validate
 
     cfg = compose(args)
+    validate(cfg, command="generate")
     result = run_generate(cfg)
     if not cfg.json:
         print(result["text"])
@@ -58,6 +62,25 @@ def cmd_generate(args: list[str]) -> int:
         print(json.dumps({k: v for k, v in result.items() if k != "meta"} | {
             "meta": result["meta"]}, ensure_ascii=False))
     return 3 if result.get("greedy_match") is False else 0
+
+
+@command("config")
+def cmd_config(args: list[str]) -> int:
+    """Print the composed config (``format=yaml``: as params.yaml), after checking it."""
+    from adaspark.schema import validate
+
+    fmt = [a for a in args if a.startswith("format=")]
+    if fmt and fmt[-1] not in ("format=yaml", "format=json"):
+        raise ConfigError(f"{fmt[-1]} is not allowed: format must be yaml or json")
+    cfg = compose([a for a in args if not a.startswith("format=")])
+    validate(cfg, command="config")
+    if fmt and fmt[-1] == "format=yaml":
+        from omegaconf import OmegaConf
+
+        print(OmegaConf.to_yaml(cfg), end="")
+    else:
+        print(json.dumps(to_dict(cfg), indent=2))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,16 +91,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:10s} {(fn.__doc__ or '').strip().splitlines()[0]}")
         return 0
     name, rest = argv[0], argv[1:]
-    if name == "config":  # print the composed config (as params.yaml with format=yaml)
-        fmt = [a for a in rest if a.startswith("format=")]
-        cfg = compose([a for a in rest if not a.startswith("format=")])
-        if fmt and fmt[-1] == "format=yaml":
-            from omegaconf import OmegaConf
-
-            print(OmegaConf.to_yaml(cfg), end="")
-        else:
-            print(json.dumps(to_dict(cfg), indent=2))
-        return 0
     if name not in COMMANDS:
         print(f"adaspark: unknown command {name!r}; commands: {sorted(COMMANDS)}",
               file=sys.stderr)
@@ -106,24 +119,33 @@ def cmd_run(args: list[str]) -> int:
     from pathlib import Path
 
     from adaspark.runner import RunError, RunSettings, compose_for_run, run_arms
+    from adaspark.schema import validate
 
     out = Path("runs/adhoc")
     rest = []
     for a in args:
         k, eq, v = a.partition("=")
         if eq and k == "out":
+            if not v:
+                raise ConfigError("out= is empty: name the directory the runs go to, "
+                                  "e.g. out=runs/adhoc")
             out = Path(v)
         else:
             rest.append(a)
-    cfg = compose_for_run(rest)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out} is a file, not a directory: name a directory for the "
+                          "arms' run directories (it is created when missing)")
     try:
+        cfg = compose_for_run(rest)
+        validate(cfg, command="run")
         settings = RunSettings.from_config(cfg)
         summaries = run_arms(cfg, [str(e) for e in cfg.run_arms], out, settings)
+    except ConfigError:
+        raise
     except RunError as e:
         print(f"adaspark run: {e}", file=sys.stderr)
         return 1
     return 0 if all(s.n_replies for s in summaries) else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -177,7 +177,11 @@ class Model:
         self.ctx = ll.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
-        self.n_ctx = int(ll.llama_n_ctx(self.ctx))
+        # llama.cpp caps the batch (and the rows that may carry logits) at the context asked
+        # for, then pads the context to a multiple of 256: batches and prompts follow what was
+        # asked for, so neither outgrows the context's buffers (a native abort otherwise).
+        self.n_ctx = min(n_ctx, int(ll.llama_n_ctx(self.ctx)))
+        self.n_batch = min(n_batch, int(ll.llama_n_batch(self.ctx)))
         self.mem = ll.llama_get_memory(self.ctx)
         self.n_seq_max = n_seq_max
         self._batch = ll.llama_batch_init(max(n_batch, MAX_ROWS_FAST), 0, n_seq_max)
@@ -300,6 +304,11 @@ class Target(Model):
                  prefill_chunk: int | None = None):
         super().__init__(path, n_ctx, exact=exact, threads=threads, n_seq_max=64)
         self.max_rows = MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
+        if self.n_batch < self.max_rows:
+            self.close()
+            raise EngineError(
+                f"a target context of {n_ctx} tokens is too small: a verify of up to "
+                f"{self.max_rows} rows needs at least that many; raise target.n_ctx")
         self.prefill_chunk = prefill_chunk or (MAX_ROWS_EXACT if exact else PREFILL_CHUNK_FAST)
         self.committed: list[int] = []
         self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)

@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from adaspark import arms, chat
-from adaspark.config import to_dict
+from adaspark.config import ConfigError, to_dict
 from adaspark.decode import Generation, generate
 from adaspark.engine import Model
 from adaspark.provenance import run_metadata
@@ -59,12 +59,23 @@ def compare_greedy(spec: list[int], greedy: Generation, *, exact: bool,
     return []
 
 
+def check_fits(n_prompt: int, n_ctx: int, key: str) -> None:
+    """Refuse, before decoding, a prompt that leaves no room for one generated token."""
+    if n_prompt + 1 >= n_ctx:
+        raise ConfigError(f"the prompt has {n_prompt} tokens and does not fit {key}={n_ctx} "
+                          "(with room for one generated token): raise "
+                          f"{key} or shorten the prompt")
+
+
 def run_generate(cfg: DictConfig) -> dict[str, Any]:
     exact = True if cfg.exact is None else bool(cfg.exact)
     parts = arms.build(cfg, cfg.arm, exact=exact)
     try:
         target = parts.target
         prompt = prompt_tokens(target, cfg)
+        check_fits(len(prompt), target.n_ctx, "target.n_ctx")
+        if parts.drafter is not None:
+            check_fits(len(prompt), int(cfg.drafter.n_ctx), "drafter.n_ctx")
         gen = generate(target, prompt, int(cfg.max_tokens), parts.rule, parts.drafter,
                        parts.block_positions)
         text = target.detokenize([t for t in gen.tokens if not target.is_eog(t)])

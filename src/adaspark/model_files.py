@@ -294,6 +294,9 @@ def resolve(model_cfg: Any) -> tuple[Path, str | None]:
     with the hash computed from its bytes."""
     if model_cfg.get("path"):
         p = Path(str(model_cfg.path)).expanduser()
+        if p.is_dir():
+            raise ModelFileError(f"model file {p} (from the config's path=) is a directory: "
+                                 "point path= at the GGUF file itself")
         if not p.is_file():
             raise ModelFileError(f"model file {p} (from the config's path=) does not exist")
         return p, None

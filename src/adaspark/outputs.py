@@ -63,7 +63,7 @@ def build_outputs(specs: Mapping[str, OutputSpec], runs: Path, options: Options,
     ``selection`` names the run directories to read (the stages pass the params' one; None
     reads every directory); a named directory holding another run raises
     :class:`~adaspark.tables.inputs.StaleRunError` before anything is built."""
-    from adaspark.tables.inputs import MissingInputError, Records
+    from adaspark.tables.inputs import CorruptInputError, MissingInputError, Records
 
     records = Records(runs, target_label=options.target, selection=selection)
     entries: list[dict[str, Any]] = []
@@ -75,7 +75,7 @@ def build_outputs(specs: Mapping[str, OutputSpec], runs: Path, options: Options,
                                  "stages": spec.stages, "filled_by": spec.filled_by}
         try:
             built = spec.build(records, options)
-        except MissingInputError as e:
+        except (MissingInputError, CorruptInputError) as e:
             errors.append(f"{spec.label}: {e}")
             entry |= {"title": spec.module.__doc__.splitlines()[0], "error": str(e)}
             entries.append(entry)

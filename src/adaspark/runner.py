@@ -51,9 +51,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
 from adaspark.client import ChatClient, Reply, ServerReplyError
+from adaspark.config import ConfigError
 from adaspark.llama_server import ServerProcess
+from adaspark.schema import check_group, spec
 from adaspark.stats import CUT, FINISHED, LOOPED, SINGLE_DELTA
 from adaspark.testset import Conversation, SetFile, load_checked_sets, make_subset
+from adaspark.testset.subsets import SUBSETS
 
 #: The protocol cap (§4.1): a reply that reaches it is a loop.
 PROTOCOL_CAP = 8192
@@ -67,6 +70,10 @@ class RunError(RuntimeError):
     """A run cannot start or continue; the message says why and what to do."""
 
 
+class RunConfigError(RunError, ConfigError):
+    """A value of the ``run`` group (or ``run_arms``) of the wrong type or out of range."""
+
+
 class RunMismatchError(RunError):
     """The run directory holds results made by another binary, model file, config, test set or
     decoding code."""
@@ -78,21 +85,32 @@ class RunMismatchError(RunError):
 
 @dataclass
 class RunSettings:
-    """The ``run`` config group (``conf/run/default.yaml``); see that file for each key."""
+    """The ``run`` config group (``conf/run/default.yaml``); see that file for each key. The
+    fields' metadata are their ranges and choices (:mod:`adaspark.schema`)."""
 
-    subset: str = "short"
-    cap: int = 128
-    protocol_cap: int = PROTOCOL_CAP
+    subset: str = spec(choices=tuple(SUBSETS), default="short")
+    cap: int = spec(min=1, default=128)
+    protocol_cap: int = spec(min=1, default=PROTOCOL_CAP)
     exact: bool = False
     host: str = "127.0.0.1"
-    port: int = 0
+    port: int = spec(min=0, max=65535, default=0)
     testset: str = "runs/testset"
     chat_template: str | None = None
-    tool_fallback: str = "generic"
+    tool_fallback: str = spec(choices=("generic", "none"), default="generic")
     round_log: bool = False
     warmup: bool = True
-    startup_timeout_s: float = 900.0
-    request_timeout_s: float = 7200.0
+    startup_timeout_s: float = spec(min=1, default=900.0)
+    request_timeout_s: float = spec(min=1, default=7200.0)
+
+    @classmethod
+    def check(cls, section: Any) -> RunSettings:
+        """The section checked against the fields' types, ranges and choices."""
+        try:
+            return check_group(cls, section, "run", extra="refuse")
+        except RunConfigError:
+            raise
+        except ConfigError as e:
+            raise RunConfigError(str(e)) from None
 
     @classmethod
     def from_config(cls, cfg: Any) -> RunSettings:
@@ -103,17 +121,7 @@ class RunSettings:
                 "the config has no `run` section: add `- run: default` to the defaults list of "
                 "conf/config.yaml (then regenerate params.yaml with `adaspark config "
                 "format=yaml > params.yaml`), or pass +run=default")
-        d = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) \
-            else dict(section)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise RunError(f"unknown key(s) {unknown} in the run config; known: {sorted(known)}")
-        s = cls(**d)
-        if s.cap < 1 or s.protocol_cap < 1:
-            raise RunError(f"run.cap ({s.cap}) and run.protocol_cap ({s.protocol_cap}) must be "
-                           "positive")
-        return s
+        return cls.check(section)
 
     @property
     def max_tokens(self) -> int:
@@ -323,6 +331,13 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): d}
 
 
+def corrupt_file_message(path: Path, error: Any) -> str:
+    """What to say about a run directory's file that cannot be read."""
+    return (f"{path} cannot be read ({error}): it is damaged or not a file a run wrote. Delete "
+            f"it (or the whole directory {path.parent}) to run again from the start, or use "
+            "another output directory")
+
+
 class ResultStore:
     """``replies.parquet`` and ``run.json`` of one run directory."""
 
@@ -337,7 +352,7 @@ class ResultStore:
                                 .encode()).hexdigest()[:16]
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.run_path.exists():
-            old = json.loads(self.run_path.read_text())
+            old = self.run_meta()
             if old.get("fingerprint_sha256") != digest:
                 a, b = _flatten(old.get("fingerprint", {})), _flatten(fingerprint)
                 diffs = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
@@ -361,7 +376,7 @@ class ResultStore:
 
     def note(self, **extra: Any) -> None:
         """Add keys to ``run.json`` (server metadata, resumes)."""
-        d = json.loads(self.run_path.read_text())
+        d = self.run_meta()
         d.update(extra)
         self._write_json(self.run_path, d)
 
@@ -371,10 +386,23 @@ class ResultStore:
         tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False, default=str) + "\n")
         os.replace(tmp, path)
 
+    def run_meta(self) -> dict[str, Any]:
+        """``run.json``; a :class:`RunError` naming the file when it is not a JSON object."""
+        try:
+            d = json.loads(self.run_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunError(corrupt_file_message(self.run_path, e)) from None
+        if not isinstance(d, dict):
+            raise RunError(corrupt_file_message(self.run_path, "not a JSON object"))
+        return d
+
     def table(self) -> pa.Table:
         if not self.rows_path.exists():
             return ROW_SCHEMA.empty_table()
-        return pq.read_table(self.rows_path)
+        try:
+            return pq.read_table(self.rows_path)
+        except (pa.ArrowException, OSError) as e:
+            raise RunError(corrupt_file_message(self.rows_path, e)) from None
 
     def rows(self) -> list[dict[str, Any]]:
         return self.table().to_pylist()
@@ -746,9 +774,14 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
     arm = arm_config(cfg, entry)
     engine = engine_of(arm)
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RunError(f"the run directory {out_dir} is a file: name a directory (created when "
+                       "missing) for the arm's results")
+    # Everything that can be refused is checked before run.json is written, so that a bad
+    # subset or test set leaves no directory that a corrected rerun would have to clear.
     if sets is None:
         sets = load_checked_sets(settings.testset_dir())
-    plan = plan_subset(sets, settings.subset)  # before anything is written (a bad subset)
+    plan = plan_subset(sets, settings.subset)
     store = ResultStore(out_dir)
     fp = fingerprint(cfg, arm, settings, plan)
     try:
@@ -824,7 +857,7 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
 
 
 def _resumes(store: ResultStore, resumed_from: int) -> list[dict[str, Any]]:
-    d = json.loads(store.run_path.read_text())
+    d = store.run_meta()
     resumes = list(d.get("resumes", []))
     from adaspark.provenance import git_state
 

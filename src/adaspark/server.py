@@ -158,10 +158,39 @@ def _check_messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
+def lone_surrogate(obj: Any, where: str = "") -> str | None:
+    """Where a string of a decoded JSON body holds a lone UTF-16 surrogate (JSON allows the
+    escape ``"\\ud800"``; the text is no Unicode a tokenizer can encode), or None."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "the body"
+        return None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            name = f"{where}.{k}" if where else str(k)
+            found = lone_surrogate(k, f"a key in {where or 'the body'}") or \
+                lone_surrogate(v, name)
+            if found:
+                return found
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found = lone_surrogate(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
 def parse_request(body: Any) -> ChatRequest:
     """Validate a decoded JSON body; raise :class:`RequestError` naming the bad field."""
     if not isinstance(body, dict):
         raise RequestError(400, f"the request body must be a JSON object, not {_type_name(body)}")
+    bad = lone_surrogate(body)
+    if bad is not None:
+        raise RequestError(400, f"{bad} holds a lone UTF-16 surrogate escape (such as "
+                           "\\ud800): that is not Unicode text; send each character as UTF-8 "
+                           "or as a surrogate pair", param=bad)
     messages = _check_messages(body.get("messages"))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
@@ -748,6 +777,27 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return int(s.getsockname()[1])
 
 
+class ServeError(RuntimeError):
+    """The server cannot start; the message says why and what to do."""
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0 = a free port), as uvicorn binds it; a clear
+    :class:`ServeError` when the address is taken or not this machine's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port} ({e.strerror or e}): pick another "
+                         "port= (port=0 takes a free one), stop what holds this one, or check "
+                         "that host= is an address of this machine") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def fresh_store_dir(arm: str) -> Path:
     """A new directory per arm under ``runs/serve/`` (an empty store: a cold arm)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -764,21 +814,26 @@ def serve(cfg: DictConfig, arm: DictConfig, opts: ServeOptions, *, exact: bool) 
     """Load the arm and serve until interrupted."""
     import uvicorn
 
-    store = opts.store or fresh_store_dir(str(arm.name))
-    service = ArmService(cfg, arm, exact=exact, store_dir=Path(store),
-                         chat_template=opts.chat_template, round_log=opts.round_log,
-                         warmup=opts.warmup, tool_fallback=opts.tool_fallback)
-    port = opts.port or free_port(opts.host)
+    sock = bind_socket(opts.host, opts.port)  # first: a taken port fails before the model loads
+    try:
+        store = opts.store or fresh_store_dir(str(arm.name))
+        service = ArmService(cfg, arm, exact=exact, store_dir=Path(store),
+                             chat_template=opts.chat_template, round_log=opts.round_log,
+                             warmup=opts.warmup, tool_fallback=opts.tool_fallback)
+    except BaseException:
+        sock.close()
+        raise
+    port = int(sock.getsockname()[1])
     app = make_app(service, busy_wait_s=opts.busy_wait_s)
+    config = uvicorn.Config(app, host=opts.host, port=port, log_level="warning",
+                            access_log=False, lifespan="off", timeout_keep_alive=600,
+                            timeout_graceful_shutdown=5)
     print(f"adaspark serve: arm {arm.name} on {cfg.target.name}, "
           f"{'exact' if exact else 'fast'} kernels, store {store}, tools "
           f"{service.caps.format}; listening on http://{opts.host}:{port}",
           file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=opts.host, port=port, log_level="warning",
-                            access_log=False, lifespan="off", timeout_keep_alive=600,
-                            timeout_graceful_shutdown=5)
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         cur = service.current
         if cur is not None:
@@ -794,31 +849,64 @@ SERVE_KEYS = ("host", "port", "store", "chat_template", "busy_wait_s", "warmup",
 
 def serve_command(args: list[str]) -> int:
     """``adaspark serve key=value ...``: compose ``conf/`` with the overrides, serve ``arm``."""
-    from adaspark.config import ConfigError, compose
+    from adaspark.config import compose
+    from adaspark.schema import validate
 
-    opts = ServeOptions()
+    raw: dict[str, Any] = {}
     rest = []
     for a in args:
         key, eq, value = a.partition("=")
         if not eq or key not in SERVE_KEYS:
             rest.append(a)
             continue
-        try:
-            if key == "port":
-                opts.port = int(value)
-            elif key == "busy_wait_s":
-                opts.busy_wait_s = float(value)
-            elif key == "warmup":
-                opts.warmup = value.lower() in ("1", "true", "yes")
-            elif key in ("host", "tool_fallback"):
-                setattr(opts, key, value)
-            else:
-                setattr(opts, key, Path(value) if value else None)
-        except ValueError:
-            raise ConfigError(f"{key}={value!r} is not a valid value for {key}") from None
+        raw[key] = value
+    opts = serve_options(raw)
     cfg = compose(rest)
+    validate(cfg, command="serve")
     exact = False if cfg.get("exact") is None else bool(cfg.exact)
     return serve(cfg, cfg.arm, opts, exact=exact)
+
+
+def serve_options(raw: dict[str, str]) -> ServeOptions:
+    """:class:`ServeOptions` from ``adaspark serve``'s own ``key=value`` arguments (text), each
+    checked: a bad one is a ConfigError naming the key, the value and what is allowed."""
+    from adaspark.config import ConfigError
+    from adaspark.schema import check_value
+
+    opts = ServeOptions()
+    for key, value in raw.items():
+        if key == "port":
+            try:
+                port = int(value)
+            except ValueError:
+                raise ConfigError(f"port={value!r} is not allowed: port must be an integer "
+                                  "from 0 to 65535 (0 = a free port)") from None
+            opts.port = check_value("port", port, int, {"min": 0, "max": 65535})
+        elif key == "busy_wait_s":
+            try:
+                wait = float(value)
+            except ValueError:
+                raise ConfigError(f"busy_wait_s={value!r} is not allowed: busy_wait_s must be "
+                                  "a number >= 0 (seconds)") from None
+            opts.busy_wait_s = check_value("busy_wait_s", wait, float, {"min": 0})
+        elif key in ("warmup",):
+            flags = {"true": True, "false": False}
+            if value.lower() not in flags:
+                raise ConfigError(f"{key}={value!r} is not allowed: {key} must be true or false")
+            opts.warmup = flags[value.lower()]
+        elif key == "tool_fallback":
+            if value not in TOOL_FALLBACKS:
+                raise ConfigError(f"tool_fallback={value!r} is not allowed: tool_fallback must "
+                                  f"be one of {', '.join(TOOL_FALLBACKS)}")
+            opts.tool_fallback = value
+        elif key == "host":
+            if not value:
+                raise ConfigError("host= is empty: name the address to listen on, e.g. "
+                                  "host=127.0.0.1")
+            opts.host = value
+        else:
+            setattr(opts, key, Path(value) if value else None)
+    return opts
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,6 +143,8 @@ class Chain(WidthRule):
     (``chain3``: llama.cpp's default of at most three draft tokens; ``fullchain``: all B)."""
 
     def __init__(self, positions: int | None = None) -> None:
+        if positions is not None and (isinstance(positions, bool) or positions < 1):
+            raise ValueError(f"a chain verifies at least 1 position, got positions={positions}")
         self.positions = positions
 
     def block_positions(self, default: int) -> int:

@@ -60,3 +60,16 @@ def test_the_stages_write_what_they_can_and_exit_1_naming_the_stage(
                              str(tmp_path / "figures"), "--only", "fig3"])
     assert rc == 1
     assert "dvc repro survey" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,data", [("run.json", b"{not json"),
+                                       ("replies.parquet", b"PAR1 damaged")])
+def test_a_damaged_run_file_is_named(tmp_path: Path, name: str, data: bytes) -> None:
+    from adaspark.tables.inputs import CorruptInputError, read_replies, read_run_meta
+
+    d = tmp_path / "arms" / "ar"
+    d.mkdir(parents=True)
+    (d / name).write_bytes(data)
+    with pytest.raises(CorruptInputError) as e:
+        read_run_meta(d) if name == "run.json" else read_replies(d)
+    assert str(d / name) in str(e.value) and "Delete it" in str(e.value)

@@ -120,3 +120,39 @@ def test_one_request_at_a_time_and_a_client_that_leaves(ours):
     with ChatClient(ours.url) as c:
         r = c.chat(MESSAGES, max_tokens=MAX_TOKENS)
     assert r.completion_tokens > 0 and json.dumps(r.timings)
+
+
+def test_a_lone_surrogate_is_a_400_and_the_server_stays_up(ours):
+    url = f"{ours.url}/v1/chat/completions"
+    body = b'{"messages": [{"role": "user", "content": "hi \\ud800"}], "max_tokens": 4}'
+    for stream in (b"false", b"true"):
+        r = httpx.post(url, content=body[:-1] + b', "stream": ' + stream + b"}",
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "messages[0].content"
+    with ChatClient(ours.url) as c:
+        assert c.chat(MESSAGES, max_tokens=2).completion_tokens == 2
+
+
+def test_a_prompt_over_an_unpadded_n_ctx_is_a_400_not_an_abort(tmp_path):
+    """llama.cpp pads the context to a multiple of 256 but caps its batch at the n_ctx asked
+    for: a prompt between the two passed the server's check and aborted the server natively
+    (GGML_ASSERT n_tokens_all <= n_batch) in fast mode."""
+    import sys
+
+    from adaspark.llama_server import ServerProcess, clean_env
+    from adaspark.server import free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", "adaspark.cli", "serve", "arm=ar", "target=tiny",
+            "drafter=tiny-truncated", "target.n_ctx=200", "exact=false", f"port={port}",
+            "warmup=false", f"store={tmp_path / 'store'}"]
+    with ServerProcess(argv, port=port, log_path=tmp_path / "server.log", env=clean_env(),
+                       startup_timeout_s=120) as proc:
+        r = httpx.post(f"{proc.url}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "word " * 200}], "max_tokens": 4})
+        assert r.status_code == 400, r.text
+        assert "does not fit the context of 200 tokens" in r.json()["error"]["message"]
+        assert proc.alive()
+        with ChatClient(proc.url) as c:
+            assert c.chat(MESSAGES, max_tokens=2).completion_tokens == 2

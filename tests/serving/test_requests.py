@@ -141,3 +141,25 @@ def test_run_stage_set_changes_the_params_it_reads():
     assert (s.subset, s.round_log, s.cap) == ("heldout", True, 64)
     with pytest.raises(ValueError, match="KEY=VALUE"):
         apply_sets(cfg, ["run.subset"])
+
+
+def test_a_lone_surrogate_is_a_400_naming_the_field():
+    body = json.loads('{"messages": [{"role": "user", "content": "hi \\ud800"}]}')
+    with pytest.raises(RequestError) as e:
+        parse_request(body)
+    assert e.value.status == 400 and e.value.param == "messages[0].content"
+    assert "lone UTF-16 surrogate" in e.value.message
+    ok = json.loads('{"messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}')  # a pair
+    assert parse_request(ok).messages[0]["content"] == "\U0001F600"
+
+
+@pytest.mark.parametrize("name,data", [("run.json", b"{not json"), ("run.json", b"[1, 2]"),
+                                       ("replies.parquet", b"PAR1 not a parquet file")])
+def test_a_damaged_run_file_is_named(tmp_path, name, data):
+    store = ResultStore(tmp_path / "arm")
+    store.fingerprint_check({"run": {"cap": 8}})
+    (tmp_path / "arm" / name).write_bytes(data)
+    with pytest.raises(RunError) as e:
+        store.fingerprint_check({"run": {"cap": 8}})
+        store.rows()
+    assert str(tmp_path / "arm" / name) in str(e.value) and "Delete" in str(e.value)

@@ -125,3 +125,21 @@ def test_llama_server_arm_runs_and_its_drafts_pass_the_check(tmp_path):
     run = json.loads((out / "run.json").read_text())
     assert run["fingerprint"]["binary"]["version"].startswith("version:")
     assert "--spec-type" in run["server"]["argv"]
+
+
+def test_a_bad_subset_or_test_set_writes_nothing(tmp_path):
+    """Everything that can be refused is refused before run.json is written, so the corrected
+    rerun into the same directory is not refused as "another config" (issue 10, item 7)."""
+    from dataclasses import replace
+
+    from adaspark.runner import RunSettings, run_arm
+
+    cfg = compose_for_run(["target=tiny", "drafter=tiny-truncated", "run_arms=[ar]"])
+    good = RunSettings(subset="smoke", cap=2, testset="data/testset")
+    out = tmp_path / "ar"
+    with pytest.raises(KeyError, match="bogus"):
+        run_arm(cfg, "ar", out, replace(good, subset="bogus"))  # past the schema's check
+    with pytest.raises(FileNotFoundError, match="missing"):
+        run_arm(cfg, "ar", out, replace(good, testset=str(tmp_path / "no-testset")))
+    assert not out.exists()
+    assert run_arm(cfg, "ar", out, good).n_replies == 2

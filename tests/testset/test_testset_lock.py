@@ -220,3 +220,13 @@ def test_load_checked_sets_guards_downstream(tmp_path, vendored):
     with pytest.raises(LockMismatchError, match="toolace/ta-1"):
         load_checked_sets(tmp_path)
     assert len(load_checked_sets(tmp_path, allow_mismatch=True)) == len(SET_NAMES)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"files": {}}'])
+def test_an_invalid_lock_file_is_named(tmp_path: Path, text: str) -> None:
+    bad = tmp_path / "testset.lock.json"
+    bad.write_text(text)
+    with pytest.raises(LockMismatchError) as e:
+        read_lock(bad)
+    assert f"{bad} is not a valid lock file" in str(e.value)
+    assert "git checkout" in str(e.value)

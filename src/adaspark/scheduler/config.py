@@ -7,6 +7,7 @@ applies an optional mapping of overrides (Hydra-style nested keys).
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -151,9 +152,13 @@ def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
     if missing or unknown:
         raise ValueError(f"scheduler config section {where!r}: missing keys {missing}, "
                          f"unknown keys {unknown}")
+    from adaspark.schema import check_value
+
+    hints = typing.get_type_hints(cls)
     out = {}
     for f in fields(cls):
         v = raw[f.name]
+        check_value(f"scheduler.{where}.{f.name}", v, hints[f.name])  # types, as in Table 14
         out[f.name] = tuple(v) if isinstance(v, list) else v
     return cls(**out)
 

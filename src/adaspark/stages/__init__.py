@@ -1,24 +1,73 @@
 """Pipeline stage entry points: one module per DVC stage, each with ``main(argv)``."""
 
 import argparse
+import functools
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from omegaconf import DictConfig
+
+
+def read_params(path: str | Path) -> DictConfig:
+    """The composed ``params.yaml``, checked against :mod:`adaspark.schema` (every group it
+    holds); a missing, unreadable or bad file is a :class:`~adaspark.config.ConfigError` that
+    names it."""
+    from omegaconf import OmegaConf
+
+    from adaspark.config import ConfigError
+    from adaspark.schema import validate
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(
+            f"{p} does not exist: compose it with `adaspark config format=yaml > {p}`"
+        )
+    try:
+        cfg = OmegaConf.load(p)
+    except Exception as e:  # a YAML parser's error, whichever it is
+        raise ConfigError(f"{p} is not a YAML file of config sections ({e})") from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{p} is not a mapping of config sections")
+    try:
+        validate(cfg, command="stage")
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
+    return cfg
 
 
 def load_params(path: str | Path) -> dict[str, Any]:
     """The composed ``params.yaml`` as a plain dict (every stage reads its sections from it)."""
     from omegaconf import OmegaConf
 
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(
-            f"{p} does not exist: compose it with `adaspark config format=yaml > {p}`"
-        )
-    params = OmegaConf.to_container(OmegaConf.load(p), resolve=True)
-    if not isinstance(params, dict):
-        raise ValueError(f"{p} is not a mapping of config sections")
+    params = OmegaConf.to_container(read_params(path), resolve=True)
+    assert isinstance(params, dict)
     return params  # type: ignore[return-value]
+
+
+def stage_main(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """A stage's ``main`` whose failures a user sees as one line, not a traceback: a bad
+    configuration exits 2, anything else the stage cannot do exits 1 (as ``adaspark``)."""
+
+    def deco(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapped(*args: Any, **kwargs: Any) -> int:
+            from adaspark.config import ConfigError
+
+            try:
+                return main(*args, **kwargs)
+            except ConfigError as e:
+                print(f"{name}: bad configuration: {e}", file=sys.stderr)
+                return 2
+            except (FileNotFoundError, RuntimeError, ValueError, KeyError) as e:
+                print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
+                return 1
+
+        return wrapped
+
+    return deco
 
 
 def output_args(doc: str, out: str, example: str) -> argparse.ArgumentParser:

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from adaspark.runner import (
     CRASH_FILE,
     RUN_FILE,
@@ -42,6 +40,7 @@ from adaspark.runner import (
     plan_subset,
     rule_options,
 )
+from adaspark.stages import read_params, stage_main
 from adaspark.stats import CUT, LOOPED, SINGLE_DELTA
 from adaspark.testset import SetFile, load_checked_sets
 
@@ -161,13 +160,14 @@ def check_runs(cfg: Any, runs_dir: Path, sets: list[SetFile] | None = None) -> d
     }
 
 
+@stage_main("check")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--runs", default="runs/arms", type=Path)
     ap.add_argument("--out", default="runs/check.json", type=Path)
     a = ap.parse_args(argv)
-    cfg = OmegaConf.load(a.params)
+    cfg = read_params(a.params)
     try:
         report = check_runs(cfg, a.runs)
     except (RunError, FileNotFoundError) as e:

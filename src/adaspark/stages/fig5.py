@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from adaspark.stages import load_params
+from adaspark.stages import load_params, stage_main
 from adaspark.stages.measured import (
     model_pair,
     prompts_by_context,
@@ -122,6 +122,7 @@ def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = pri
         return write_outputs(out, "fig5", frame, meta, pair, params)
 
 
+@stage_main("fig5")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from adaspark.figures import FIGURES
 from adaspark.figures.style import info_of, save
 from adaspark.outputs import build_outputs
-from adaspark.stages import load_params, output_args, write_index
+from adaspark.stages import load_params, output_args, stage_main, write_index
 from adaspark.stages.tables import options_from_params
 from adaspark.tables import Options
 from adaspark.tables.inputs import RunSelection, RunSelectionError, selection_from_params
@@ -44,6 +44,7 @@ def write_figures(runs: Path, out: Path, options: Options, only: list[str] | Non
     return index, errors
 
 
+@stage_main("figures")
 def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "figures", "fig3,fig8")
     a = ap.parse_args(argv)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from adaspark import model_files
-from adaspark.stages import load_params
+from adaspark.stages import load_params, stage_main
 
 
 def check_models(params: dict, out: Path) -> dict[str, dict]:
@@ -41,6 +41,7 @@ def check_models(params: dict, out: Path) -> dict[str, dict]:
     return record
 
 
+@stage_main("models")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")

@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 
 from adaspark.report import write_report
-from adaspark.stages import load_params
+from adaspark.stages import load_params, stage_main
 from adaspark.stages.tables import options_from_params
-from adaspark.tables.inputs import RunSelectionError
+from adaspark.tables.inputs import CorruptInputError, RunSelectionError
 
 
+@stage_main("report")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         written = write_report(a.runs, a.tables, a.figures, a.out, params,
                                options_from_params(params))
-    except RunSelectionError as e:
+    except (RunSelectionError, CorruptInputError) as e:
         print(f"report: FAILED {e}", file=sys.stderr)
         return 1
     for p in written:

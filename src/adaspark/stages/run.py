@@ -22,7 +22,10 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from adaspark.runner import RunError, RunSettings, run_arm, summary_table
+from adaspark.config import ConfigError
+from adaspark.runner import RunSettings, run_arm, summary_table
+from adaspark.schema import validate
+from adaspark.stages import read_params, stage_main
 
 
 def apply_sets(cfg: DictConfig, sets: list[str]) -> None:
@@ -35,6 +38,7 @@ def apply_sets(cfg: DictConfig, sets: list[str]) -> None:
         OmegaConf.update(cfg, key, yaml.safe_load(value) if value else None, merge=True)
 
 
+@stage_main("run")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arm", required=True, help="a run_arms entry: NAME or NAME@REPEAT")
@@ -47,12 +51,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="results in --out made with another binary, model or config: refuse "
                     "(default) or delete them and start over (the pipeline's choice)")
     a = ap.parse_args(argv)
-    cfg = OmegaConf.load(a.params)
+    cfg = read_params(a.params)
+    apply_sets(cfg, a.set)
+    validate(cfg, command="stage")  # again: --set changed it
     try:
-        apply_sets(cfg, a.set)
         settings = RunSettings.from_config(cfg)
         summary = run_arm(cfg, a.arm, a.out, settings, on_mismatch=a.on_mismatch)
-    except (RunError, FileNotFoundError, ValueError, KeyError) as e:
+    except ConfigError:
+        raise
+    except (RuntimeError, FileNotFoundError, ValueError, KeyError) as e:
         print(f"run {a.arm}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     from rich.console import Console

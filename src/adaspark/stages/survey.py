@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import pandas as pd
 from omegaconf import OmegaConf
 
-from adaspark.stages import load_params
+from adaspark.stages import load_params, stage_main
 from adaspark.stages.measured import (
     model_pair,
     prompts_by_context,
@@ -163,6 +163,7 @@ def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = p
         return write_outputs(out, "survey", frame, meta, pair, params)
 
 
+@stage_main("survey")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")

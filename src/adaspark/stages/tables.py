@@ -26,7 +26,7 @@ import pandas as pd
 
 from adaspark import stats
 from adaspark.outputs import build_outputs
-from adaspark.stages import load_params, output_args, write_index
+from adaspark.stages import load_params, output_args, stage_main, write_index
 from adaspark.tables import TABLES, Options
 from adaspark.tables.inputs import RunSelection, RunSelectionError, selection_from_params
 from adaspark.tables.render import formatted, missing_cells, write_table
@@ -68,6 +68,7 @@ def write_tables(runs: Path, out: Path, options: Options, only: list[str] | None
     return index, errors
 
 
+@stage_main("tables")
 def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "paper/tables", "table1,table4")
     a = ap.parse_args(argv)

@@ -109,6 +109,18 @@ class MissingInputError(FileNotFoundError):
         )
 
 
+class CorruptInputError(ValueError):
+    """A run directory's file cannot be read; the message names it and what to do."""
+
+    def __init__(self, path: Path, error: Any) -> None:
+        self.path = Path(path)
+        super().__init__(
+            f"{path} cannot be read ({error}): it is damaged or not a file a run wrote. Delete "
+            f"it, or the run directory {self.path.parent}, and rerun that arm (`dvc repro`), or "
+            "point --runs at another directory"
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # Which run directories the params name
 
@@ -285,8 +297,15 @@ class Options:
 
 def read_replies(run_dir: Path) -> pd.DataFrame:
     """One arm's per-reply rows, in the order they were served (column ``order``)."""
+    import pyarrow as pa
+
     path = Path(run_dir) / REPLIES_FILE
-    frame = pd.read_parquet(path)
+    try:
+        frame = pd.read_parquet(path)
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise CorruptInputError(path, e) from None
     frame = frame.reset_index(drop=True)
     frame["order"] = np.arange(len(frame))
     if "entry" not in frame.columns:
@@ -299,7 +318,13 @@ def read_run_meta(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / RUN_FILE
     if not path.is_file():
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptInputError(path, e) from None
+    if not isinstance(meta, dict):
+        raise CorruptInputError(path, "not a JSON object")
+    return meta
 
 
 def run_dirs(parent: Path) -> list[Path]:

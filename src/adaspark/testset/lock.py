@@ -117,7 +117,16 @@ def read_lock(path: Path | None = None) -> Lock:
             hint="restore it from git, or write it with "
             "`python -m adaspark.stages.testset --write-lock`",
         )
-    return lock_from_json(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return lock_from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError,
+            ValueError) as e:
+        what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+        raise LockMismatchError(
+            [Mismatch("lock", None, f"{path} is not a valid lock file ({what})")],
+            hint="restore it from git (`git checkout -- data/testset.lock.json`), or write it "
+            "with `python -m adaspark.stages.testset --write-lock`",
+        ) from None
 
 
 def write_lock(lock: Lock, path: Path | None = None) -> Path:

@@ -1,0 +1,420 @@
+"""Typed schemas of the config groups the code reads, checked once where a command composes its
+config (HARNESS "One config truth": the same schema standalone and in the pipeline).
+
+Each group is a plain frozen dataclass whose fields are the keys the code reads; a field's
+metadata (:func:`spec`) gives its range or its choices. :func:`check_group` checks a composed
+mapping against a group and returns the dataclass; any value of the wrong type or out of range is
+a :class:`~adaspark.config.ConfigError` that names the key, the value and what is allowed. Bools
+must be YAML booleans (``exact=maybe`` is refused), integers real integers (``max_tokens=1.5``
+and ``max_tokens=true`` are refused).
+
+Groups: the top-level keys of ``adaspark generate`` (:class:`GenerateOptions`), ``target``
+(:class:`TargetConfig`), ``drafter`` (:class:`DrafterConfig`), an arm (:class:`ArmConfig`, with the
+keys of its width rule in :data:`RULE_OPTIONS` and a llama-server arm's ``server:`` in
+:class:`LlamaServerOptions`), the ``run`` group (``adaspark.runner.RunSettings``, whose fields
+carry the same metadata) and the scheduler's constants (``adaspark.scheduler.config``, Appendix B).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from adaspark.config import ConfigError
+
+#: The smallest context a model may be given: llama.cpp caps its batch (and the rows that may
+#: carry logits) at the context asked for, and the widest verify is 64 rows plus the prompt.
+MIN_N_CTX = 128
+
+
+def spec(*, min: float | None = None, max: float | None = None,
+         choices: tuple[Any, ...] | None = None, default: Any = MISSING) -> Any:
+    """A dataclass field with its allowed range (``min``/``max``, inclusive) or ``choices``."""
+    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
+    if default is MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking one value against a type hint
+
+
+def _type_words(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_words(a) for a in args)
+    if origin in (list, tuple):
+        inner = args[0] if args else Any
+        plural = {str: "strings", int: "integers", float: "numbers", bool: "true/false values"}
+        return f"a list of {plural[inner]}" if inner in plural else "a list"
+    if origin is dict or tp is dict:
+        return "a mapping"
+    return str(tp)
+
+
+def _range_words(meta: dict[str, Any]) -> str:
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and hi is not None:
+        return f" from {lo} to {hi}"
+    if lo is not None:
+        return f" >= {lo}"
+    if hi is not None:
+        return f" <= {hi}"
+    return ""
+
+
+def _allowed_words(tp: Any, meta: dict[str, Any]) -> str:
+    """What ``tp`` with the range or choices of ``meta`` allows, in words (``an integer >= 1 or
+    null``: the range goes with the number it bounds, the choices with the string)."""
+    union = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    members = list(typing.get_args(tp)) if union else [tp]
+    members.sort(key=lambda a: a is type(None))
+    words = []
+    for a in members:
+        if a is str and meta.get("choices") is not None:
+            words.append("one of " + ", ".join(repr(c) for c in meta["choices"]))
+        elif a in (int, float):
+            words.append(_type_words(a) + _range_words(meta))
+        else:
+            words.append(_type_words(a))
+    return " or ".join(words)
+
+
+def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Whether ``value`` is of type ``tp``; the value as the code should use it."""
+    if tp is Any:
+        return True, value
+    if tp is type(None):
+        return value is None, value
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if tp is str:
+        return isinstance(value, str), value
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args), value
+    if origin in (typing.Union, types.UnionType):
+        for a in args:
+            ok, v = _matches(value, a)
+            if ok:
+                return True, v
+        return False, value
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return False, value
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                return False, value
+            inner = list(args)
+        else:
+            inner = [args[0] if args else Any] * len(value)
+        out = []
+        for x, a in zip(value, inner, strict=True):
+            ok, v = _matches(x, a)
+            if not ok:
+                return False, value
+            out.append(v)
+        return True, tuple(out) if origin is tuple else out
+    if origin is dict or tp is dict:
+        return isinstance(value, dict), value
+    raise TypeError(f"schema type {tp!r} is not supported")
+
+
+def check_value(key: str, value: Any, tp: Any, meta: dict[str, Any] | None = None) -> Any:
+    """``value`` checked against the type hint ``tp`` and the range or choices in ``meta``;
+    a :class:`ConfigError` naming ``key``, the value and what is allowed otherwise."""
+    meta = meta or {}
+    ok, v = _matches(value, tp)
+    choices = meta.get("choices")
+    allowed = _allowed_words(tp, meta)
+    if ok and choices is not None and isinstance(v, str) and v not in choices:
+        ok = False
+    if ok and isinstance(v, int | float) and not isinstance(v, bool):
+        lo, hi = meta.get("min"), meta.get("max")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            ok = False
+    if not ok:
+        raise ConfigError(f"{key}={_show(value)} is not allowed: {key} must be {allowed}")
+    return v
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+def plain(section: Any) -> Any:
+    """A DictConfig or ListConfig as plain Python containers (interpolations resolved)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(section, DictConfig | ListConfig):
+        try:
+            return OmegaConf.to_container(section, resolve=True)
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"the config cannot be resolved: {e}") from None
+    return section
+
+
+def check_group(cls: type, raw: Any, where: str, *, extra: str = "allow",
+                takes: str | None = None, partial: bool = False) -> Any:
+    """The mapping ``raw`` as an instance of the dataclass ``cls``, every field checked.
+
+    ``where`` prefixes the key in messages (``target`` gives ``target.n_ctx``). ``extra``:
+    what to do with keys ``cls`` does not name: ``allow`` (kept out of the instance) or
+    ``refuse`` (``takes`` then says which keys are allowed). A field without a default must
+    be present, unless ``partial`` (then only the keys present are checked and a mapping of
+    them is returned: a stage's params file may hold only what that stage reads)."""
+    raw = plain(raw)
+    prefix = f"{where}." if where else ""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where or 'the config'} must be a mapping of keys, not "
+                          f"{_show(raw)}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(str(k) for k in raw if k not in known)
+    if unknown and extra == "refuse":
+        raise ConfigError(f"unknown key(s) {', '.join(prefix + k for k in unknown)}; "
+                          f"{where or 'this group'} takes {takes or ', '.join(sorted(known))}")
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in raw:
+            if not partial and f.default is MISSING and f.default_factory is MISSING:
+                raise ConfigError(f"{prefix}{f.name} is missing; it must be "
+                                  f"{_allowed_words(hints[f.name], dict(f.metadata))}")
+            continue
+        out[f.name] = check_value(prefix + f.name, raw[f.name], hints[f.name], dict(f.metadata))
+    return out if partial else cls(**out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The groups
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """The top-level keys of ``conf/config.yaml`` that ``adaspark generate`` reads."""
+
+    prompt: str
+    system: str | None
+    chat: bool
+    max_tokens: int = spec(min=1)
+    json: bool = False
+    check_greedy: bool = False
+    exact: bool | None = None
+    threads: int | None = spec(min=1, default=None)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The top-level keys every command that loads a model reads."""
+
+    exact: bool | None = None
+    threads: int | None = spec(min=1, default=None)
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """``conf/target/<name>.yaml``: a manifest model or a user's own GGUF (``path``)."""
+
+    name: str
+    n_ctx: int = spec(min=MIN_N_CTX)
+    model: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """``conf/drafter/<name>.yaml``: the block's shape (B positions, K candidates, §2.2)."""
+
+    name: str
+    kind: str
+    block_positions: int = spec(min=1)
+    top_k: int = spec(min=1)
+    n_ctx: int = spec(min=MIN_N_CTX)
+    model: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class ArmConfig:
+    """The keys every ``conf/arm/<name>.yaml`` has; the rest are its width rule's keywords."""
+
+    name: str
+    engine: Literal["ours", "llama-server"] = "ours"
+    width_rule: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class ChainOptions:
+    """``width_rule: chain``: the first ``positions`` picks as a chain (null = all B)."""
+
+    positions: int | None = spec(min=1, default=None)
+
+
+@dataclass(frozen=True)
+class PinnedOptions:
+    """``width_rule: pinned``: a fixed row count."""
+
+    width: int = spec(min=1)
+
+
+@dataclass(frozen=True)
+class AdaSparkOptions:
+    """``width_rule: adaspark`` (§3): learned, kernel-class or pinned widths (a pinned width needs
+    the anchor and at least one candidate)."""
+
+    width: int | str = spec(min=2, choices=("learned", "classes"), default="learned")
+    acceptance: Literal["fitted", "head"] = "fitted"
+    ngram: bool = True
+    offer_width1: bool = False
+    rate_rule: Literal["long_run", "ratio"] = "long_run"
+    head_offset: bool = True
+    scheduler: str | dict[str, Any] = "adaspark"
+    constants: dict[str, Any] | None = None
+    store: str | None = None
+    log_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class LlamaServerOptions:
+    """A llama-server arm's ``server:`` mapping (its speculative flags)."""
+
+    spec_type: str | None = None
+    spec_draft_n_max: int = spec(min=1, default=3)
+    spec_draft_p_min: float = spec(min=0.0, max=1.0, default=0.0)
+    extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """``width_rule: ar``: plain decode takes no keywords."""
+
+
+#: The keywords of each width rule shipped here (a rule registered elsewhere is not checked).
+RULE_OPTIONS: dict[str, type] = {
+    "ar": NoOptions,
+    "chain": ChainOptions,
+    "pinned": PinnedOptions,
+    "adaspark": AdaSparkOptions,
+}
+
+
+def check_arm(raw: Any, where: str) -> ArmConfig:
+    """An arm's common keys, its width rule's keywords and a llama-server arm's ``server:``."""
+    raw = plain(raw)
+    arm = check_group(ArmConfig, raw, where)
+    if arm.engine == "llama-server":
+        check_group(LlamaServerOptions, raw.get("server") or {}, f"{where}.server",
+                    extra="refuse")
+        return arm
+    if arm.width_rule is None:
+        raise ConfigError(f"{where}.width_rule is null: an arm on our engine names a width rule "
+                          f"(one of {sorted(RULE_OPTIONS)} or a rule you registered)")
+    cls = RULE_OPTIONS.get(arm.width_rule)
+    if cls is None:
+        return arm
+    keys = {k: v for k, v in raw.items() if k not in {f.name for f in fields(ArmConfig)}
+            and k not in ("rule", "server")}
+    if isinstance(raw.get("rule"), dict):
+        keys |= raw["rule"]
+    common = ", ".join(f.name for f in fields(ArmConfig))
+    rule_keys = ", ".join(f.name for f in fields(cls)) or "no other key"
+    opts = check_group(cls, keys, where, extra="refuse",
+                       takes=f"{common} and, for width rule {arm.width_rule!r}, {rule_keys}")
+    if arm.width_rule == "adaspark" and isinstance(opts.width, int) and opts.offer_width1:
+        raise ConfigError(f"{where}.offer_width1=true needs learned or class widths, not the "
+                          f"pinned {where}.width={opts.width}")
+    return arm
+
+
+def check_scheduler(raw: Any) -> None:
+    """The scheduler's constants (Appendix B, Table 14), typed by ``adaspark.scheduler.config``."""
+    from adaspark.scheduler.config import from_mapping
+
+    try:
+        from_mapping(plain(raw))
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None
+
+
+def check_run_arms(raw: Any) -> list[str]:
+    """``run_arms``: a non-empty list of arm entries (``name`` or ``name@repeat``)."""
+    value = plain(raw)
+    entries = check_value("run_arms", value, list[str])
+    if not entries:
+        raise ConfigError("run_arms=[] names no arm: list at least one, e.g. run_arms=[ar,chain3]")
+    return entries
+
+
+# ---------------------------------------------------------------------------------------------
+# What each command checks
+
+
+def validate(cfg: Any, *, command: str) -> None:
+    """Check every group ``command`` reads from its composed config (once, before anything
+    runs or is written): ``generate``, ``serve``, ``run``, ``config`` or a pipeline ``stage``
+    (the params file: each group it holds)."""
+    raw = plain(cfg)
+    if not isinstance(raw, dict):
+        raise ConfigError("the config must be a mapping of groups")
+    if command == "generate":
+        check_group(GenerateOptions, raw, "")
+    else:
+        check_group(EngineOptions, raw, "")
+        if command == "config" and "max_tokens" in raw:
+            check_group(GenerateOptions, raw, "")
+    for name, cls in (("target", TargetConfig), ("drafter", DrafterConfig)):
+        if name in raw or command in ("generate", "serve", "run"):
+            check_group(cls, raw.get(name), name, partial=command == "stage")
+    if "arm" in raw and command in ("generate", "serve", "config"):
+        check_arm(raw["arm"], "arm")
+    arms = raw.get("arms") or {}
+    if command == "run":
+        entries = check_run_arms(raw.get("run_arms"))
+        for e in entries:
+            key = e if e in arms else e.partition("@")[0]
+            if key in arms:  # a missing arm is the runner's clear error
+                check_arm(arms[key], f"arms.{key}")
+    else:
+        if "run_arms" in raw:
+            check_value("run_arms", raw["run_arms"], list[str])
+        for key, a in arms.items():
+            check_arm(a, f"arms.{key}")
+    if "scheduler" in raw and raw["scheduler"] is not None:
+        check_scheduler(raw["scheduler"])
+    if "run" in raw and command in ("run", "config", "stage"):
+        from adaspark.runner import RunSettings
+
+        RunSettings.check(raw["run"])
