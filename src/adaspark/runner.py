@@ -22,9 +22,10 @@ cap, or the context), ``finished``; the first that applies, in that order.
 Resumes and text. A resumed run's new server has none of the conversation in its cache. Our
 engine's KV does not depend on that (:class:`adaspark.engine.Target`, "Prefill and history"), so a
 resumed reply is the one an uninterrupted run makes, in fast mode too. llama-server keeps its own
-prompt cache, whose cells its verify batches wrote: there a reply made after a resume can differ
-from its uninterrupted twin at a near tie (fast kernels). Such rows carry ``after_resume = 1``,
-and the check stage counts them per arm.
+prompt cache, whose cells its verify batches wrote, and a fresh one has none: there a reply a
+resumed run makes (mid-conversation, or the next conversation's first, whose system prompt the
+uninterrupted server had cached) can differ from its uninterrupted twin at a near tie (fast
+kernels). Rows a resumed run made carry ``after_resume = 1``; the check stage counts them.
 """
 
 from __future__ import annotations
@@ -231,8 +232,8 @@ class ReplyRow:
     server_cache_n: float
     server_decode_ms: float
     timings: str              # the server's timings object, JSON
-    after_resume: int         # 1: made by a resumed run's new server after earlier replies of
-                              # its conversation were stored (see the module docstring)
+    after_resume: int         # 1: made by the server of a resumed run (replies were stored
+                              # before it started; see the module docstring)
     fingerprint: str
     wall_time: str
 
@@ -816,7 +817,6 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
                         view.conversation(entry.entry, f"{p.set_name}/{p.conversation.name}",
                                           p.n_timed)
                         n_conv = 0
-                        resumed_here = False  # an earlier reply of it was stored
                         walk = _timed_replies(client, p, done, max_tokens=settings.max_tokens)
                         while True:
                             try:
@@ -830,14 +830,13 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
                                 ) from e
                             n_conv += 1
                             if reply is None:
-                                resumed_here = True
                                 view.reply(entry.entry, None)
                                 continue
                             row = make_row(reply, entry=entry, engine=engine,
                                            set_name=p.set_name, conv=p.conversation, turn=ti,
                                            reply_index=ri, max_tokens=settings.max_tokens,
                                            protocol_cap=settings.protocol_cap,
-                                           fingerprint=digest, after_resume=resumed_here)
+                                           fingerprint=digest, after_resume=resumed_from > 0)
                             store.append(row)
                             done[row.key] = asdict(row)
                             view.reply(entry.entry, row)

@@ -132,12 +132,12 @@ def test_a_bad_subset_or_test_set_writes_nothing(tmp_path):
     rerun into the same directory is not refused as "another config" (issue 10, item 7)."""
     from dataclasses import replace
 
-    from adaspark.runner import RunSettings, run_arm
+    from adaspark.runner import RunError, RunSettings, run_arm
 
     cfg = compose_for_run(["target=tiny", "drafter=tiny-truncated", "run_arms=[ar]"])
     good = RunSettings(subset="smoke", cap=2, testset="data/testset")
     out = tmp_path / "ar"
-    with pytest.raises(KeyError, match="bogus"):
+    with pytest.raises(RunError, match="bogus"):
         run_arm(cfg, "ar", out, replace(good, subset="bogus"))  # past the schema's check
     with pytest.raises(FileNotFoundError, match="missing"):
         run_arm(cfg, "ar", out, replace(good, testset=str(tmp_path / "no-testset")))

@@ -57,7 +57,7 @@ class ArmCheck:
     speculative: bool = False
     width1_exempt: bool = False
     width1_share: float | None = None
-    after_resume: int = 0  # replies a resumed run's new server made mid-conversation
+    after_resume: int = 0  # replies made by the server of a resumed run
 
 
 def expected_keys(plan: list[Planned], rows: dict[tuple[str, str, int, int], dict[str, Any]]
@@ -180,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         extra = ("" if r["width1_share"] is None
                  else f", width-1 rounds {100 * r['width1_share']:.1f}%")
         if r["after_resume"]:
-            extra += (f", {r['after_resume']} made after a resume mid-conversation (llama-server "
-                      "arms: their prompt cache was empty, so such a reply may differ from an "
-                      "uninterrupted run at a near tie)")
+            extra += (f", {r['after_resume']} made by a resumed run (for llama-server arms its "
+                      "prompt cache started empty, so such a reply may differ from an "
+                      "uninterrupted run's at a near tie)")
         print(f"check: {entry}: {r['replies']} replies, {c.get(CUT, 0)} cut, "
               f"{c.get(LOOPED, 0)} looped, {c.get(SINGLE_DELTA, 0)} single-delta{extra}"
               f"{'' if r['ok'] else ' -- FAILED'}")
