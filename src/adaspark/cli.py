@@ -147,5 +147,6 @@ def cmd_run(args: list[str]) -> int:
         return 1
     return 0 if all(s.n_replies for s in summaries) else 1
 
+
 if __name__ == "__main__":
     sys.exit(main())
