@@ -95,14 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"adaspark: unknown command {name!r}; commands: {sorted(COMMANDS)}",
               file=sys.stderr)
         return 2
-    try:
-        return COMMANDS[name](rest)
-    except ConfigError as e:
-        print(f"adaspark {name}: bad configuration: {e}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, RuntimeError, ValueError, KeyError) as e:
-        print(f"adaspark {name}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    from adaspark.stages import exit_code
+
+    return exit_code(f"adaspark {name}", lambda: COMMANDS[name](rest))
 
 
 @command("serve")

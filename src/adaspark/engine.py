@@ -116,6 +116,16 @@ def top2_gap(logits: np.ndarray) -> np.ndarray:
     return (part[:, -1] - part[:, -2]).astype(np.float64)
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def reusable_prefix(common: int, canonical: int, chunk: int) -> int:
     """How many leading cached cells a prefill may keep: the common prefix with the new prompt,
     no further than the cells whole prefill chunks wrote, rounded down to a whole chunk."""
@@ -275,6 +285,21 @@ class Model:
             )
         return dt
 
+    def prefill_in_chunks(self, tokens: list[int], cached: list[int], n_canonical: int,
+                          chunk: int) -> tuple[int, float]:
+        """Make sequence 0 hold exactly ``tokens``, decoded (no logits) in chunks at multiples of
+        ``chunk`` after the cells it may keep of ``cached`` (what sequence 0 holds now, of which
+        whole chunks wrote the first ``n_canonical``): see :class:`Target`, "Prefill and
+        history". Returns the cells kept and the seconds spent decoding."""
+        keep = reusable_prefix(common_prefix(cached, tokens), n_canonical, chunk)
+        _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
+        spent = 0.0
+        for start, end in prefill_chunks(keep, len(tokens), chunk):
+            self._fill(tokens[start:end], range(start, end), [[0]] * (end - start),
+                       [False] * (end - start))
+            spent += self._decode()
+        return keep, spent
+
     def logits(self, n_rows: int) -> np.ndarray:
         """View of the logits of the last decode's ``n_rows`` output rows (do not keep it)."""
         ptr = _llama().llama_get_logits(self.ctx)
@@ -355,18 +380,8 @@ class Target(Model):
             )
         if self._pending is not None:
             self.discard()
-        common = 0
-        for a, b in zip(self.committed[: self.n_kv], tokens[:-1], strict=False):
-            if a != b:
-                break
-            common += 1
-        keep = reusable_prefix(common, self.n_canonical, self.prefill_chunk)
-        _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
-        spent = 0.0
-        for start, end in prefill_chunks(keep, len(tokens) - 1, self.prefill_chunk):
-            self._fill(tokens[start:end], range(start, end), [[0]] * (end - start),
-                       [False] * (end - start))
-            spent += self._decode()
+        keep, spent = self.prefill_in_chunks(tokens[:-1], self.committed[: self.n_kv],
+                                             self.n_canonical, self.prefill_chunk)
         self.committed = list(tokens)
         self.n_kv = len(tokens) - 1
         self.n_canonical = (len(tokens) - 1) // self.prefill_chunk * self.prefill_chunk

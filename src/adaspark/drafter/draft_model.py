@@ -18,14 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from adaspark.drafter.base import Block, Drafter, register_drafter
-from adaspark.engine import (
-    PREFILL_CHUNK_FAST,
-    EngineError,
-    Model,
-    _llama,
-    prefill_chunks,
-    reusable_prefix,
-)
+from adaspark.engine import PREFILL_CHUNK_FAST, EngineError, Model, _llama, common_prefix
 from adaspark.tree import MAX_ROWS_EXACT
 
 
@@ -63,18 +56,8 @@ class DraftModelDrafter(Drafter):
         prefill wrote, so a request's drafts do not depend on what this process drafted before
         (:class:`adaspark.engine.Target`, "Prefill and history"). Within a request, drafts
         reuse whatever still matches."""
-        m = self.model
-        common = 0
-        for a, b in zip(self.cached, prompt[:-1], strict=False):
-            if a != b:
-                break
-            common += 1
-        keep = reusable_prefix(common, self.n_canonical, self.chunk)
-        _llama().llama_memory_seq_rm(m.mem, 0, keep, -1)
         end = len(prompt) - 1
-        for a, b in prefill_chunks(keep, end, self.chunk):
-            m._fill(prompt[a:b], range(a, b), [[0]] * (b - a), [False] * (b - a))
-            m._decode()
+        self.model.prefill_in_chunks(prompt[:end], self.cached, self.n_canonical, self.chunk)
         self.cached = list(prompt[:end])
         self.n_canonical = end // self.chunk * self.chunk
 
@@ -82,11 +65,7 @@ class DraftModelDrafter(Drafter):
         """Bring the KV to ``committed`` and return the logits after its last token."""
         m = self.model
         ll = _llama()
-        keep = 0
-        for a, b in zip(self.cached, committed[:-1], strict=False):
-            if a != b:
-                break
-            keep += 1
+        keep = common_prefix(self.cached, committed[:-1])
         ll.llama_memory_seq_rm(m.mem, 0, keep, -1)
         self.cached = self.cached[:keep]
         self.n_canonical = min(self.n_canonical, keep)

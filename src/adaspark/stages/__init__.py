@@ -47,23 +47,28 @@ def load_params(path: str | Path) -> dict[str, Any]:
     return params  # type: ignore[return-value]
 
 
+def exit_code(name: str, call: Callable[[], int]) -> int:
+    """``call()``'s exit status, with its failures shown as one line, not a traceback: a bad
+    configuration exits 2, anything else it cannot do exits 1 (``adaspark`` and every stage)."""
+    from adaspark.config import ConfigError
+
+    try:
+        return call()
+    except ConfigError as e:
+        print(f"{name}: bad configuration: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, RuntimeError, ValueError, KeyError) as e:
+        print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
 def stage_main(name: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
-    """A stage's ``main`` whose failures a user sees as one line, not a traceback: a bad
-    configuration exits 2, anything else the stage cannot do exits 1 (as ``adaspark``)."""
+    """A stage's ``main`` whose failures a user sees as one line (:func:`exit_code`)."""
 
     def deco(main: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(main)
         def wrapped(*args: Any, **kwargs: Any) -> int:
-            from adaspark.config import ConfigError
-
-            try:
-                return main(*args, **kwargs)
-            except ConfigError as e:
-                print(f"{name}: bad configuration: {e}", file=sys.stderr)
-                return 2
-            except (FileNotFoundError, RuntimeError, ValueError, KeyError) as e:
-                print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
-                return 1
+            return exit_code(name, lambda: main(*args, **kwargs))
 
         return wrapped
 

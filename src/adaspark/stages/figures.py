@@ -24,7 +24,7 @@ from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, stage_main, write_index
 from adaspark.stages.tables import options_from_params
 from adaspark.tables import Options
-from adaspark.tables.inputs import RunSelection, RunSelectionError, selection_from_params
+from adaspark.tables.inputs import RunSelection, selection_from_params
 
 
 def write_figures(runs: Path, out: Path, options: Options, only: list[str] | None = None, *,
@@ -49,12 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "figures", "fig3,fig8")
     a = ap.parse_args(argv)
     params = load_params(a.params)
-    try:
-        index, errors = write_figures(a.runs, a.out, options_from_params(params), a.only,
-                                      selection=selection_from_params(params))
-    except RunSelectionError as e:
-        print(f"figures: FAILED {e}", file=sys.stderr)
-        return 1
+    # a stale run directory raises StaleRunError: stage_main shows it and exits 1
+    index, errors = write_figures(a.runs, a.out, options_from_params(params), a.only,
+                                  selection=selection_from_params(params))
     for e in index["figures"]:
         if not e.get("error"):
             print(f"figures: {e['label']} -> {a.out}/{e['name']}.png|pdf"

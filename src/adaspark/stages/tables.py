@@ -28,7 +28,7 @@ from adaspark import stats
 from adaspark.outputs import build_outputs
 from adaspark.stages import load_params, output_args, stage_main, write_index
 from adaspark.tables import TABLES, Options
-from adaspark.tables.inputs import RunSelection, RunSelectionError, selection_from_params
+from adaspark.tables.inputs import RunSelection, selection_from_params
 from adaspark.tables.render import formatted, missing_cells, write_table
 
 
@@ -73,12 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = output_args(__doc__, "paper/tables", "table1,table4")
     a = ap.parse_args(argv)
     params = load_params(a.params)
-    try:
-        index, errors = write_tables(a.runs, a.out, options_from_params(params), a.only,
-                                     selection=selection_from_params(params))
-    except RunSelectionError as e:
-        print(f"tables: FAILED {e}", file=sys.stderr)
-        return 1
+    # a stale run directory raises StaleRunError: stage_main shows it and exits 1
+    index, errors = write_tables(a.runs, a.out, options_from_params(params), a.only,
+                                 selection=selection_from_params(params))
     for e in index["tables"]:
         if not e.get("error"):
             print(f"tables: {e['label']} -> {a.out}/{e['name']}.csv|md|tex"
