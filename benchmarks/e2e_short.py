@@ -1,6 +1,6 @@
 """End to end on the short subset (§4.1, Table 4 in small): every default arm through its own
 HTTP server, timed on the client's clock, then per-arm decode tok/s and the ratios with 95%
-bootstrap intervals over conversations (``adaspark.stats``).
+bootstrap intervals over conversations (``adaspark.analysis.stats``).
 
 Arms, in this order: ``llamacpp-ar``, ``ar``, ``llamacpp-chain``, ``chain3``, ``adaspark``,
 ``adaspark-w1``; an arm whose width rule is not registered yet is skipped, and the output says
@@ -42,10 +42,8 @@ PAIRS = [
 
 def runnable(arms: list[str], cfg) -> tuple[list[str], dict[str, str]]:
     """The arms whose width rule is registered (llama-server arms always are)."""
-    from adaspark.arms import _register_scheduler
-    from adaspark.width_rules import WIDTH_RULES
+    from adaspark.rules.base import WIDTH_RULES
 
-    _register_scheduler()
     keep, skipped = [], {}
     for a in arms:
         arm = cfg.arms[a]
@@ -53,15 +51,15 @@ def runnable(arms: list[str], cfg) -> tuple[list[str], dict[str, str]]:
             keep.append(a)
         else:
             skipped[a] = (f"width rule {arm.width_rule!r} is not registered (known: "
-                          f"{sorted(WIDTH_RULES)})")
+                          f"{WIDTH_RULES.names()})")
     return keep, skipped
 
 
 def analyse(out: Path, arms: list[str], seed: int) -> dict:
     import pandas as pd
 
-    from adaspark import stats
-    from adaspark.runner import ResultStore
+    from adaspark.analysis import stats
+    from adaspark.runs.store import ResultStore
 
     frames = [pd.DataFrame(ResultStore(out / a).rows()) for a in arms]
     df = pd.concat([f for f in frames if not f.empty], ignore_index=True)
@@ -103,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from adaspark.runner import RunSettings, compose_for_run, run_arms
+    from adaspark.runs.run import compose_for_run, run_arms
+    from adaspark.runs.settings import RunSettings
 
     console = Console(stderr=True)
     arms = [x for x in a.arms.split(",") if x]

@@ -24,16 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
-from adaspark.scheduler.cost_model import CostClass
-from adaspark.scheduler.scheduler import AdaSparkRule
-from adaspark.scheduler.simulator import (
+from adaspark.rules.adaspark.cost_law import CostClass
+from adaspark.rules.adaspark.rule import AdaSparkRule
+from adaspark.rules.adaspark.simulator import (
     DrafterProcess,
     Environment,
     RisingCost,
     Simulator,
     TextProcess,
 )
-from adaspark.width_rules import RoundOutcome, RoundState
+from adaspark.rules.base import RoundOutcome, RoundState
 
 WIDTHS_24 = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 40, 48, 56,
              60, 64)

@@ -51,12 +51,12 @@ def context_prompts(tokenize, sizes: list[int]) -> dict[int, list[int]]:
 
 
 def run_mode(exact: bool, reps: int, contexts: list[int], overrides: list[str]) -> dict:
-    from adaspark import arms
-    from adaspark.candidates import from_block
     from adaspark.config import compose
-    from adaspark.decode import generate
-    from adaspark.tree import best_first_order, prefix_tree
-    from adaspark.width_rules import head_based_q, make_rule
+    from adaspark.decoding.candidates import from_block, head_based_q
+    from adaspark.decoding.loop import generate
+    from adaspark.decoding.tree import best_first_order, prefix_tree
+    from adaspark.rules import arms
+    from adaspark.rules.base import make_rule
 
     cfg = compose(["arm=chain3", *overrides])
     parts = arms.build(cfg, cfg.arm, exact=exact)

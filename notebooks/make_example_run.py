@@ -2,9 +2,10 @@
 
     .venv/bin/python notebooks/make_example_run.py
 
-It is made up: per-reply rows drawn by :mod:`adaspark.tables.synthetic` for the default
+It is made up: per-reply rows drawn by ``tests/analysis/synthetic_runs.py`` (the tests' synthetic
+run maker) for the default
 pipeline's arms, and one instrumented AdaSpark run of the real scheduler against the seeded
-simulator (:mod:`adaspark.scheduler.simulator`), laid out as the pipeline lays out ``runs/``:
+simulator (:mod:`adaspark.rules.adaspark.simulator`), laid out as the pipeline lays out ``runs/``:
 
     example-run/arms/<arm>/replies.parquet           as runs/arms/<arm>/
     example-run/extra/instrumented/adaspark/rounds/  as runs/extra/instrumented/adaspark/
@@ -17,16 +18,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from adaspark.tables.synthetic import make_synthetic_runs
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "analysis"))
+
+from synthetic_runs import make_synthetic_runs  # noqa: E402  (a test helper, from tests/)
+
 OUT = HERE / "example-run"
 README = """# Example run (SYNTHETIC: it measures nothing)
 
 A small made-up run directory for `rounds.ipynb` and `arms.ipynb`, written by
 `notebooks/make_example_run.py` (seed {seed}). Per-reply rows are drawn from fixed per-arm speed
-levels (`adaspark.tables.synthetic`); the instrumented AdaSpark run is the real scheduler against
-the seeded simulator (`adaspark.scheduler.simulator`), so its per-round log has the real schema.
+levels (`tests/analysis/synthetic_runs.py`); the instrumented AdaSpark run is the real scheduler
+against the seeded simulator (`adaspark.rules.adaspark.simulator`), so its per-round log has the
+real schema.
 Every `run.json` says `"synthetic": true`. The layout is the pipeline's:
 
 - `arms/<arm>/` as `runs/arms/<arm>/` (per-reply rows of each arm);

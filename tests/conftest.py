@@ -25,7 +25,7 @@ def tiny_cut_path() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_target(tiny_path):
-    from adaspark.engine import Target
+    from adaspark.decoding.engine import Target
 
     t = Target(tiny_path, 2048, exact=True)
     yield t

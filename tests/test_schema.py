@@ -8,7 +8,8 @@ import pytest
 from helpers import REPO
 
 from adaspark.config import ConfigError, compose
-from adaspark.runner import RunSettings, compose_for_run
+from adaspark.runs.run import compose_for_run
+from adaspark.runs.settings import RunSettings
 from adaspark.schema import check_value, validate
 from adaspark.stages import read_params
 

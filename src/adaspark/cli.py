@@ -50,7 +50,7 @@ def cmd_models(args: list[str]) -> int:
 @command("generate")
 def cmd_generate(args: list[str]) -> int:
     """Decode one prompt with ``arm=``; ``json=true`` prints a JSON object last."""
-    from adaspark.generate import run_generate
+    from adaspark.decoding.generate import run_generate
     from adaspark.schema import validate
 
     cfg = compose(args)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 @command("serve")
 def cmd_serve(args: list[str]) -> int:
     """Serve ``arm=`` over an OpenAI-compatible HTTP API (port=, host=, store=, exact=)."""
-    from adaspark.server import serve_command
+    from adaspark.serving.main import serve_command
 
     return serve_command(args)
 
@@ -113,7 +113,8 @@ def cmd_run(args: list[str]) -> int:
     """Run ``run_arms=[a,b]`` over ``run.subset`` through their servers (out=DIR)."""
     from pathlib import Path
 
-    from adaspark.runner import RunError, RunSettings, compose_for_run, run_arms
+    from adaspark.runs.run import compose_for_run, run_arms
+    from adaspark.runs.settings import RunError, RunSettings
     from adaspark.schema import validate
 
     out = Path("runs/adhoc")

@@ -25,12 +25,12 @@ def git_state() -> dict[str, Any]:
             "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
 
 
-#: Parts of the package that only read results (reports, tables, figures, statistics, other
-#: stages, the test-set builder, whose output a run hashes itself): a change there does not
-#: change a reply. Everything else (engine, drafters, rules, scheduler, server, client, runner)
-#: is decoding code, and a new module counts as decoding code until it is listed here.
-NOT_DECODING = ("tables/", "figures/", "stages/", "testset/", "report.py", "outputs.py",
-                "paper_values.py", "stats.py", "survey.py", "cli.py", "generate.py")
+#: Parts of the package that only read results (``analysis/``: reports, tables, figures,
+#: statistics; other stages; the test-set builder, whose output a run hashes itself; the
+#: one-prompt command): a change there does not change a reply. Everything else (``decoding/``,
+#: ``rules/``, ``serving/``, ``runs/`` and the shared top-level modules) is decoding code, and a
+#: new module counts as decoding code until it is listed here.
+NOT_DECODING = ("analysis/", "stages/", "testset/", "cli.py", "decoding/generate.py")
 #: ... except the stage that runs the arms.
 DECODING_STAGES = ("stages/run.py",)
 

@@ -11,8 +11,9 @@ and ``max_tokens=true`` are refused).
 Groups: the top-level keys of ``adaspark generate`` (:class:`GenerateOptions`), ``target``
 (:class:`TargetConfig`), ``drafter`` (:class:`DrafterConfig`), an arm (:class:`ArmConfig`, with the
 keys of its width rule in :data:`RULE_OPTIONS` and a llama-server arm's ``server:`` in
-:class:`LlamaServerOptions`), the ``run`` group (``adaspark.runner.RunSettings``, whose fields
-carry the same metadata) and the scheduler's constants (``adaspark.scheduler.config``, Appendix B).
+:class:`LlamaServerOptions`), the ``run`` group (``adaspark.runs.settings.RunSettings``, whose
+fields carry the same metadata) and the scheduler's constants (``adaspark.rules.adaspark.config``,
+Appendix B).
 """
 
 from __future__ import annotations
@@ -320,13 +321,24 @@ class NoOptions:
     """``width_rule: ar``: plain decode takes no keywords."""
 
 
-#: The keywords of each width rule shipped here (a rule registered elsewhere is not checked).
+#: The keywords of each width rule of :data:`adaspark.rules.base.WIDTH_RULES` (a test checks that
+#: the two tables name the same rules).
 RULE_OPTIONS: dict[str, type] = {
     "ar": NoOptions,
     "chain": ChainOptions,
     "pinned": PinnedOptions,
     "adaspark": AdaSparkOptions,
 }
+
+
+def check_drafter_kind(kind: str) -> None:
+    """``drafter.kind`` names a drafter of :data:`adaspark.decoding.drafter.base.DRAFTERS`."""
+    from adaspark.decoding.drafter.base import DRAFTERS
+    from adaspark.registry import UnknownNameError
+
+    if kind not in DRAFTERS:
+        raise UnknownNameError("drafter kind", kind, DRAFTERS.names(),
+                               "drafter.kind; adaspark.decoding.drafter.base.DRAFTERS")
 
 
 def check_arm(raw: Any, where: str) -> ArmConfig:
@@ -337,12 +349,16 @@ def check_arm(raw: Any, where: str) -> ArmConfig:
         check_group(LlamaServerOptions, raw.get("server") or {}, f"{where}.server",
                     extra="refuse")
         return arm
+    from adaspark.registry import UnknownNameError
+    from adaspark.rules.base import WIDTH_RULES
+
     if arm.width_rule is None:
         raise ConfigError(f"{where}.width_rule is null: an arm on our engine names a width rule "
-                          f"(one of {sorted(RULE_OPTIONS)} or a rule you registered)")
-    cls = RULE_OPTIONS.get(arm.width_rule)
-    if cls is None:
-        return arm
+                          f"(one of {', '.join(WIDTH_RULES.names())})")
+    if arm.width_rule not in WIDTH_RULES:
+        raise UnknownNameError("width rule", arm.width_rule, WIDTH_RULES.names(),
+                               f"{where}.width_rule; adaspark.rules.base.WIDTH_RULES")
+    cls = RULE_OPTIONS[arm.width_rule]
     keys = {k: v for k, v in raw.items() if k not in {f.name for f in fields(ArmConfig)}
             and k not in ("rule", "server")}
     if isinstance(raw.get("rule"), dict):
@@ -358,8 +374,9 @@ def check_arm(raw: Any, where: str) -> ArmConfig:
 
 
 def check_scheduler(raw: Any) -> None:
-    """The scheduler's constants (Appendix B, Table 14), typed by ``adaspark.scheduler.config``."""
-    from adaspark.scheduler.config import from_mapping
+    """The scheduler's constants (Appendix B, Table 14), typed by
+    ``adaspark.rules.adaspark.config``."""
+    from adaspark.rules.adaspark.config import from_mapping
 
     try:
         from_mapping(plain(raw))
@@ -397,7 +414,9 @@ def validate(cfg: Any, *, command: str) -> None:
             check_group(GenerateOptions, raw, "")
     for name, cls in (("target", TargetConfig), ("drafter", DrafterConfig)):
         if name in raw or command in ("generate", "serve", "run"):
-            check_group(cls, raw.get(name), name, partial=command == "stage")
+            checked = check_group(cls, raw.get(name), name, partial=command == "stage")
+            if isinstance(checked, DrafterConfig):
+                check_drafter_kind(checked.kind)
     if "arm" in raw and command in ("generate", "serve", "config"):
         check_arm(raw["arm"], "arm")
     arms = raw.get("arms") or {}
@@ -415,6 +434,6 @@ def validate(cfg: Any, *, command: str) -> None:
     if "scheduler" in raw and raw["scheduler"] is not None:
         check_scheduler(raw["scheduler"])
     if "run" in raw and command in ("run", "config", "stage"):
-        from adaspark.runner import RunSettings
+        from adaspark.runs.settings import RunSettings
 
         RunSettings.check(raw["run"])

@@ -17,8 +17,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from adaspark.config import compose, to_dict
-from adaspark.llama_server import ServerProcess, clean_env, llama_server_process, spec_from_config
-from adaspark.server import free_port
+from adaspark.serving.llama_server import (
+    ServerProcess,
+    clean_env,
+    llama_server_process,
+    spec_from_config,
+)
+from adaspark.serving.main import free_port
 
 HERE = Path(__file__).parent
 TEMPLATE = HERE / "qwen_style_template.jinja"
@@ -39,7 +44,7 @@ def ours(tiny_cfg, tmp_path_factory) -> Iterator[ServerProcess]:
     params = d / "params.yaml"
     OmegaConf.save(OmegaConf.create(to_dict(tiny_cfg)), params)
     port = free_port()
-    argv = ["python", "-m", "adaspark.server", "--params", str(params), "--arm", "chain3",
+    argv = ["python", "-m", "adaspark.serving.main", "--params", str(params), "--arm", "chain3",
             "--port", str(port), "--store", str(d / "store"), "--exact",
             "--chat-template", str(TEMPLATE)]
     import sys

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from adaspark.client import ChatClient
-from adaspark.llama_server import LlamaServerSpec, binary_info
+from adaspark.serving.client import ChatClient
+from adaspark.serving.llama_server import LlamaServerSpec, binary_info
 
 pytestmark = pytest.mark.server
 
@@ -16,7 +16,7 @@ MESSAGES = [{"role": "user", "content": "Write three short sentences about the m
 
 
 def test_flags_name_the_speculative_defaults(tiny_cfg):
-    from adaspark.llama_server import spec_from_config
+    from adaspark.serving.llama_server import spec_from_config
 
     chain = spec_from_config(tiny_cfg, tiny_cfg.arms["llamacpp-chain"], port=1).args()
     joined = " ".join(chain)

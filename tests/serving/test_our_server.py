@@ -11,9 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from adaspark import arms, chat
-from adaspark.client import ChatClient, ServerReplyError
-from adaspark.decode import generate
+from adaspark.decoding.loop import generate
+from adaspark.rules import arms
+from adaspark.serving import chat
+from adaspark.serving.client import ChatClient, ServerReplyError
 
 pytestmark = pytest.mark.server
 
@@ -65,8 +66,8 @@ def test_client_timing_fields_are_consistent(replies):
     # the client's decode interval lies inside the server's decode time (plus transport)
     assert r.decode_s <= tm["predicted_ms"] / 1e3 + 0.25
     # the repeated request reuses the prompt's cache in whole prefill chunks (63 rows in exact
-    # mode: adaspark.engine.Target, "Prefill and history")
-    from adaspark.tree import MAX_ROWS_EXACT
+    # mode: adaspark.decoding.engine.Target, "Prefill and history")
+    from adaspark.decoding.tree import MAX_ROWS_EXACT
 
     assert again.timings["cache_n"] == (again.prompt_tokens - 1) // MAX_ROWS_EXACT * MAX_ROWS_EXACT
 
@@ -143,8 +144,8 @@ def test_a_prompt_over_an_unpadded_n_ctx_is_a_400_not_an_abort(tmp_path):
     (GGML_ASSERT n_tokens_all <= n_batch) in fast mode."""
     import sys
 
-    from adaspark.llama_server import ServerProcess, clean_env
-    from adaspark.server import free_port
+    from adaspark.serving.llama_server import ServerProcess, clean_env
+    from adaspark.serving.main import free_port
 
     port = free_port()
     argv = [sys.executable, "-m", "adaspark.cli", "serve", "arm=ar", "target=tiny",

@@ -8,20 +8,13 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from adaspark.client import Reply
-from adaspark.runner import (
-    ArmEntry,
-    ReplyRow,
-    ResultStore,
-    RunError,
-    RunMismatchError,
-    RunSettings,
-    make_row,
-    reply_status,
-    row_message,
-    tool_result_messages,
-)
-from adaspark.server import RequestError, merge_deltas, parse_request
+from adaspark.runs.conversation import row_message, tool_result_messages
+from adaspark.runs.rows import ReplyRow, make_row, reply_status
+from adaspark.runs.settings import ArmEntry, RunError, RunMismatchError, RunSettings
+from adaspark.runs.store import ResultStore
+from adaspark.serving.client import Reply
+from adaspark.serving.requests import RequestError, parse_request
+from adaspark.serving.service import merge_deltas
 from adaspark.testset import Conversation, Turn
 
 MSG = [{"role": "user", "content": "hi"}]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from adaspark import chat
-from adaspark.tool_calls import (
+from adaspark.serving import chat
+from adaspark.serving.tool_calls import (
     MessageAssembler,
     ReplyParser,
     TemplateCaps,

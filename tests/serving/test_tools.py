@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from adaspark.client import ChatClient
+from adaspark.serving.client import ChatClient
 
 pytestmark = pytest.mark.server
 

@@ -26,22 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaspark.runner import (
-    CRASH_FILE,
-    RUN_FILE,
-    SUMMARY_FILE,
+from adaspark.analysis.stats import CUT, LOOPED, SINGLE_DELTA
+from adaspark.runs.conversation import Planned, plan_subset
+from adaspark.runs.settings import (
     ArmEntry,
-    Planned,
-    ResultStore,
     RunError,
     RunSettings,
     arm_config,
     is_speculative,
-    plan_subset,
     rule_options,
 )
+from adaspark.runs.store import CRASH_FILE, RUN_FILE, SUMMARY_FILE, ResultStore
 from adaspark.stages import read_params, stage_main
-from adaspark.stats import CUT, LOOPED, SINGLE_DELTA
 from adaspark.testset import SetFile, load_checked_sets
 
 #: Replies at least this long must have drafted in a speculative arm.

@@ -4,15 +4,15 @@
 
 The paper: "runs of 256 tokens at a fixed width of 8 and of 16 rows (acceptance model on, n-gram
 candidates off)" at three contexts (443, 1,596 and 8,444 tokens), three prompts per context. Ours
-runs the scheduler's pinned arms (``arms.adaspark-w8`` and ``arms.adaspark-w16`` of the params,
-the fitted acceptance model learning from empty in each run) with ``ngram`` set false, on our
-engine with fast kernels, each prompt decoded by the round loop (:func:`adaspark.decode.generate`)
+runs the scheduler's pinned arms (``arms.adaspark-w8`` and ``arms.adaspark-w16`` of the params, the
+fitted acceptance model learning from empty in each run) with ``ngram`` set false, on our engine
+with fast kernels, each prompt decoded by the round loop (:func:`adaspark.decoding.loop.generate`)
 without the HTTP layer: Figure 5 compares time and tokens per round, not client-clock speeds.
 
 Reads ``target``, ``drafter``, ``threads``, ``scheduler``, the two arms and the ``fig5``
 section: ``contexts``, ``prompts_per_context`` (the default preset 1, preset=paper 3),
 ``max_tokens``, ``widths`` and ``testset``. Writes ``fig5.parquet`` (one row per run,
-:data:`adaspark.figures.fig5.FIG5_COLUMNS` plus ``width_hist``) and ``fig5.json``.
+:data:`adaspark.analysis.figures.fig5.FIG5_COLUMNS` plus ``width_hist``) and ``fig5.json``.
 """
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def _set_rule_key(arm: dict[str, Any], key: str, value: Any) -> None:
 
 def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = print) -> Path:
     """Decode every (context, prompt, width) once; write ``fig5.parquet`` and ``fig5.json``."""
-    from adaspark import arms as arm_parts
-    from adaspark.decode import generate
-    from adaspark.figures.fig5 import FIG5_COLUMNS
+    from adaspark.analysis.figures.fig5 import FIG5_COLUMNS
+    from adaspark.decoding.loop import generate
+    from adaspark.rules import arms as arm_parts
     from adaspark.testset.microbench import RESERVE_TOKENS
 
     settings = Fig5Settings.from_section(params.get("fig5"))

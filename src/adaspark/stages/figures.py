@@ -2,12 +2,11 @@
 
     python -m adaspark.stages.figures --params params.yaml --runs runs --out figures
 
-Each figure of :data:`adaspark.figures.FIGURES` is built from the records under ``--runs`` and
-written as ``<out>/figN.png`` and ``.pdf``; ``<out>/figures.json`` indexes them (captions
-computed from the data, which preset fills an empty panel) for the report. A figure whose input
-is missing is not written: the stage names the stage that makes the input and exits 1 after
-writing the others. It reads the runs the params name, as the tables stage does
-(:mod:`adaspark.stages.tables`).
+Each figure of :data:`adaspark.analysis.figures.FIGURES` is built from the records under ``--runs``
+and written as ``<out>/figN.png`` and ``.pdf``; ``<out>/figures.json`` indexes them (captions
+computed from the data, which preset fills an empty panel) for the report. A figure whose input is
+missing is not written: the stage names the stage that makes the input and exits 1 after writing the
+others. It reads the runs the params name, as the tables stage does (:mod:`adaspark.stages.tables`).
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from adaspark.figures import FIGURES
-from adaspark.figures.style import info_of, save
-from adaspark.outputs import build_outputs
+from adaspark.analysis.figures import FIGURES
+from adaspark.analysis.figures.style import info_of, save
+from adaspark.analysis.outputs import build_outputs
+from adaspark.analysis.records import RunSelection, selection_from_params
+from adaspark.analysis.tables import Options
 from adaspark.stages import load_params, output_args, stage_main, write_index
 from adaspark.stages.tables import options_from_params
-from adaspark.tables import Options
-from adaspark.tables.inputs import RunSelection, selection_from_params
 
 
 def write_figures(runs: Path, out: Path, options: Options, only: list[str] | None = None, *,

@@ -44,10 +44,9 @@ class ModelPair:
 @contextmanager
 def model_pair(cfg: DictConfig) -> Iterator[ModelPair]:
     """Load ``cfg.target`` and ``cfg.drafter`` (fast kernels, ``cfg.threads``); close both."""
-    import adaspark.drafter.draft_model  # noqa: F401  (registers the draft-model drafter)
     from adaspark import model_files
-    from adaspark.drafter.base import make_drafter
-    from adaspark.engine import Target
+    from adaspark.decoding.drafter.base import make_drafter
+    from adaspark.decoding.engine import Target
 
     started = time.perf_counter()
     tpath, tsha = model_files.resolve(cfg.target)
@@ -93,7 +92,7 @@ def write_outputs(out: Path, name: str, frame: pd.DataFrame, meta: dict[str, Any
     """``<out>/<name>.parquet`` (atomically) and ``<out>/<name>.json``: ``meta`` plus the wall
     time, the machine and the run's provenance (versions, build, model checksums)."""
     from adaspark import provenance
-    from adaspark.report import machine_info
+    from adaspark.analysis.report import machine_info
 
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{name}.parquet.tmp"

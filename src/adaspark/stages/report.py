@@ -4,7 +4,7 @@ LaTeX engine is installed) from the tables, the figures and the run's metadata (
     python -m adaspark.stages.report --params params.yaml --runs runs --tables paper/tables \
         --figures figures --out paper
 
-See :mod:`adaspark.report` for what the report holds.
+See :mod:`adaspark.analysis.report` for what the report holds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from adaspark.report import write_report
+from adaspark.analysis.report import write_report
 from adaspark.stages import load_params, stage_main
 from adaspark.stages.tables import options_from_params
 

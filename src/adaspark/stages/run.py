@@ -23,7 +23,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark.config import ConfigError
-from adaspark.runner import RunSettings, run_arm, summary_table
+from adaspark.runs.progress import summary_table
+from adaspark.runs.run import run_arm
+from adaspark.runs.settings import RunSettings
 from adaspark.schema import validate
 from adaspark.stages import read_params, stage_main
 

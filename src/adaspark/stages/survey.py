@@ -21,7 +21,7 @@ Reads ``target``, ``drafter``, ``threads`` and the ``survey`` section of the par
                         verify or the block's reach is left out and named in ``survey.json``
 ``passes``, ``rounds``, ``dropped_rounds``, ``block_positions``, ``testset``
 
-Writes ``survey.parquet`` (one row per verify, :mod:`adaspark.survey` columns) and
+Writes ``survey.parquet`` (one row per verify, :mod:`adaspark.analysis.survey` columns) and
 ``survey.json`` (settings, prompts, medians, machine and provenance).
 """
 
@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import pandas as pd
 from omegaconf import OmegaConf
 
+from adaspark.analysis.survey import SURVEY_COLUMNS, median_table
 from adaspark.stages import load_params, stage_main
 from adaspark.stages.measured import (
     model_pair,
@@ -44,7 +45,6 @@ from adaspark.stages.measured import (
     section_values,
     write_outputs,
 )
-from adaspark.survey import SURVEY_COLUMNS, median_table
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def pass_orders(widths: Sequence[int], passes: int) -> list[list[int]]:
 
 
 class VerifyTarget(Protocol):
-    """What the survey needs of the target (:class:`adaspark.engine.Target`)."""
+    """What the survey needs of the target (:class:`adaspark.decoding.engine.Target`)."""
 
     committed: list[int]
     max_rows: int
@@ -122,9 +122,8 @@ def survey_rows(
 def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = print) -> Path:
     """Load the models, make the prompts, measure, and write ``survey.parquet`` and
     ``survey.json`` under ``out``."""
-    from adaspark.candidates import from_block
-    from adaspark.tree import best_first_order, prefix_tree
-    from adaspark.width_rules import head_based_q
+    from adaspark.decoding.candidates import from_block, head_based_q
+    from adaspark.decoding.tree import best_first_order, prefix_tree
 
     settings = SurveySettings.from_section(params.get("survey"))
     cfg = OmegaConf.create(params)

@@ -2,7 +2,7 @@
 
     python -m adaspark.stages.tables --params params.yaml --runs runs --out paper/tables
 
-Each table of :data:`adaspark.tables.TABLES` is built from the records under ``--runs`` and
+Each table of :data:`adaspark.analysis.tables.TABLES` is built from the records under ``--runs`` and
 written as ``<out>/tableN.csv`` (raw values), ``.md`` and ``.tex``; ``<out>/tables.json`` indexes
 them (formatted cells, captions, notes, which preset fills the dashes) for the report. A table
 whose input is missing is not written: the stage names the stage that makes the input and exits 1
@@ -12,7 +12,7 @@ Reads from the params file: ``target.name`` (the label), ``preset.name`` and the
 section (``seed``, ``n_resamples``, ``context_split_tokens``: the bootstrap of §4.1, recorded in
 ``tables.json``), and which runs to read: ``run_arms`` and ``extra_runs`` name the directories,
 ``target``, ``drafter``, ``run.subset``, ``extra_runs.<group>.subset``, ``run.cap`` and
-``preset.name`` what each must have recorded (:class:`adaspark.tables.inputs.RunSelection`;
+``preset.name`` what each must have recorded (:class:`adaspark.analysis.records.RunSelection`;
 other directories under ``--runs`` are left out, a named one that disagrees fails the stage).
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 
 import pandas as pd
 
-from adaspark import stats
-from adaspark.outputs import build_outputs
+from adaspark.analysis import stats
+from adaspark.analysis.outputs import build_outputs
+from adaspark.analysis.records import RunSelection, selection_from_params
+from adaspark.analysis.tables import TABLES, Options
+from adaspark.analysis.tables.render import formatted, missing_cells, write_table
 from adaspark.stages import load_params, output_args, stage_main, write_index
-from adaspark.tables import TABLES, Options
-from adaspark.tables.inputs import RunSelection, selection_from_params
-from adaspark.tables.render import formatted, missing_cells, write_table
 
 
 def options_from_params(params: dict[str, Any]) -> Options:

@@ -1,0 +1,105 @@
+"""Table 4 (§4.1): end to end, and each engine's speculation speedup over its own AR decode.
+
+Paper: "decode tok/s on the evaluation subset (generated tokens over decode time, summed over
+replies) and AdaSpark over llama.cpp DSpark (geometric mean of per-reply ratios, 95% bootstrap
+interval over conversations). [...] looped counts the replies that looped in any arm. [...] Right:
+each engine's speculation speedup over its own autoregressive (AR) decode: its tok/s on the
+evaluation subset over its AR tok/s, which is measured on the short subset only."
+
+Arms: llama.cpp DSpark is ``llamacpp-chain`` (llama-server's chain of at most three drafts),
+imparo DSpark is ``chain3`` (the same chain on our engine), AdaSpark ``adaspark``; the AR arms
+``llamacpp-ar`` and ``ar`` come from the short stage when it ran, else from the main runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from adaspark.analysis import stats
+from adaspark.analysis.records import (
+    ADASPARK,
+    AR,
+    CHAIN3,
+    LLAMACPP_AR,
+    LLAMACPP_CHAIN,
+    STAGE_RUN,
+    STAGE_SHORT,
+    Options,
+    Records,
+    has_arm,
+)
+from adaspark.analysis.tables.common import (
+    compare_or_none,
+    finish,
+    not_run_note,
+    throughput_or_none,
+)
+from adaspark.analysis.tables.render import ci_text
+
+FILLED_BY = "every preset (the run stage; the AR arms on the short subset)"
+COLUMNS = ("target", "llama.cpp DSpark (tok/s)", "imparo DSpark (tok/s)", "AdaSpark (tok/s)",
+           "AdaSpark / llama.cpp", "looped", "llama.cpp DSpark / own AR", "AdaSpark / own AR")
+
+
+def _tps(replies: pd.DataFrame | None, arm: str) -> float:
+    t = throughput_or_none(replies, arm)
+    return math.nan if t is None else float(t.tokens_per_s)
+
+
+def table4_end_to_end(replies: pd.DataFrame, ar_replies: pd.DataFrame | None, target: str,
+                      options: Options, subset: str | None = None,
+                      ar_subset: str | None = None) -> pd.DataFrame:
+    """Table 4 from the main runs' per-reply rows and the AR arms' rows."""
+    tps = {arm: _tps(replies, arm) for arm in (LLAMACPP_CHAIN, CHAIN3, ADASPARK)}
+    ratio = compare_or_none(replies, ADASPARK, LLAMACPP_CHAIN, options)
+    present = [a for a in (LLAMACPP_CHAIN, CHAIN3, ADASPARK) if has_arm(replies, a)]
+    looped = stats.count_looped(replies, present) if present else None
+    ar_llama, ar_ours = _tps(ar_replies, LLAMACPP_AR), _tps(ar_replies, AR)
+    row = {
+        "target": target,
+        "llama.cpp DSpark (tok/s)": tps[LLAMACPP_CHAIN],
+        "imparo DSpark (tok/s)": tps[CHAIN3],
+        "AdaSpark (tok/s)": tps[ADASPARK],
+        "AdaSpark / llama.cpp": None if ratio is None else ci_text(ratio.ratio, ratio.lo,
+                                                                    ratio.hi),
+        "looped": looped,
+        "llama.cpp DSpark / own AR": tps[LLAMACPP_CHAIN] / ar_llama,
+        "AdaSpark / own AR": tps[ADASPARK] / ar_ours,
+    }
+    frame = pd.DataFrame([row], columns=list(COLUMNS))
+    single = {a: int((stats.arm_speeds(replies, a)["status"] == stats.SINGLE_DELTA).sum())
+              for a in present}
+    n_single = max(single.values()) if single else 0
+    caption = (
+        f"End to end on {target}. Left: decode tok/s on the {subset or 'main'} subset (generated "
+        "tokens over decode time, summed over replies) and AdaSpark over llama.cpp DSpark "
+        f"(geometric mean of per-reply ratios, {stats.DEFAULT_CONFIDENCE:.0%} bootstrap interval "
+        "over conversations"
+        + (f", {ratio.n_replies} replies of {ratio.n_conversations} conversations" if ratio
+           else "")
+        + f"); looped counts the replies that looped in any arm; {n_single} single-delta "
+        "replies are left out as well. Right: each engine's speculation speedup over its own "
+        f"AR decode, measured on the {ar_subset or 'main'} subset"
+        + (f" (llama.cpp and ours: {ar_llama:.1f} and {ar_ours:.1f} tok/s)."
+           if not (math.isnan(ar_llama) or math.isnan(ar_ours)) else ".")
+    )
+    formats = {c: "{:.1f}" for c in COLUMNS[1:4]} | {
+        "looped": "{:,.0f}", "llama.cpp DSpark / own AR": "{:.2f}×",
+        "AdaSpark / own AR": "{:.2f}×"}
+    not_run = [a for a in (LLAMACPP_CHAIN, CHAIN3, ADASPARK) if not has_arm(replies, a)]
+    not_run += [f"{a} (AR)" for a in (LLAMACPP_AR, AR) if not has_arm(ar_replies, a)]
+    return finish(frame, label="Table 4", title="End to end", caption=caption, formats=formats,
+                  notes=not_run_note(not_run, "a preset whose run_arms include them"),
+                  filled_by=FILLED_BY)
+
+
+def build(records: Records, options: Options) -> pd.DataFrame:
+    replies = records.replies("Table 4")
+    ar, ar_subset = records.ar_replies("Table 4")
+    return table4_end_to_end(replies, ar, options.target, options, records.main_subset,
+                             ar_subset)
+
+
+STAGES = (STAGE_RUN, STAGE_SHORT)

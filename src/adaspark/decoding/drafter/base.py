@@ -1,0 +1,93 @@
+"""The drafter interface (§2.1): a block of B positions, top-K candidates per position.
+
+Shaped after llama.cpp's ``common/speculative.h`` lifecycle (begin, draft, accept), with a registry
+keyed by the Hydra option name instead of a switch. The dispatcher (:class:`DrafterStats`) keeps
+the counters every drafter gets for free.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adaspark.registry import Registry
+
+
+@dataclass
+class Block:
+    """One drafted block.
+
+    ``tokens[i, k]``: the k-th candidate at position i after the anchor (k = 0 is the pick).
+    ``probs[i, k]``: the drafter's probability of that candidate (its softmax over the vocabulary).
+    ``confidence[i]``: the confidence head h at position i (for a draft model, its probability of
+    the pick). ``share[i]``: the pick's share of the top-K softmax mass (§3.3, sigma).
+    ``draft_s``: the drafter's own time for this block (part of the round's fixed cost D).
+    """
+
+    tokens: np.ndarray
+    probs: np.ndarray
+    confidence: np.ndarray
+    draft_s: float = 0.0
+
+    @property
+    def B(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def K(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @property
+    def share(self) -> np.ndarray:
+        tot = self.probs.sum(axis=1)
+        return np.where(tot > 0, self.probs[:, 0] / np.maximum(tot, 1e-30), 0.0)
+
+    @property
+    def picks(self) -> list[int]:
+        return [int(t) for t in self.tokens[:, 0]]
+
+
+class Drafter(ABC):
+    """A block drafter. Contract:
+
+    - ``begin(prompt)``: a new request starts with these committed tokens.
+    - ``draft(committed, n_positions)``: a block for the positions after ``committed[-1]``; the
+      drafter brings its own state up to ``committed`` first (catching up on tokens it has not
+      seen, e.g. after rounds it did not draft).
+    - ``close()``: free native resources.
+    """
+
+    name: str = "drafter"
+
+    @abstractmethod
+    def begin(self, prompt: list[int]) -> None: ...
+
+    @abstractmethod
+    def draft(self, committed: list[int], n_positions: int) -> Block: ...
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass
+
+
+@dataclass
+class DrafterStats:
+    """Counters kept by the dispatcher for every drafter."""
+
+    n_blocks: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    draft_s: float = 0.0
+
+
+#: Every drafter by its config name (``drafter.kind``), imported on first use.
+DRAFTERS: Registry[Callable[..., Drafter]] = Registry("drafter kind", {
+    "draft-model": "adaspark.decoding.drafter.draft_model:DraftModelDrafter",
+}, "adaspark.decoding.drafter.base.DRAFTERS; drafter.kind in conf/drafter/")
+
+
+def make_drafter(kind: str, **kwargs: Any) -> Drafter:
+    return DRAFTERS.get(kind)(**kwargs)

@@ -1,0 +1,486 @@
+"""The target engine: llama.cpp through llama-cpp-python's C API, one ``llama_decode`` per verify.
+
+§2.2 and §3.5 of the paper, on HARNESS's recipe. Sequence 0 holds the committed prefix except the
+anchor (the last committed token, not yet decoded). A verify of a tree puts every row in one
+batch: the anchor and each candidate at position ``P + depth``, each row tagged with the sequence
+ids of every leaf below it (a node belongs to every root-to-leaf sequence through it), after the
+prefix was shared with each leaf sequence by ``llama_memory_seq_cp``. Logits come back for every
+row. Committing copies the accepted path's cells from a leaf below it into sequence 0 and drops
+every other sequence (``llama_memory_seq_keep``), so the main sequence always spans exactly the
+committed positions.
+
+Kernel modes (HARNESS "Kernels"): *fast* is llama.cpp's default CPU kernels; *exact* turns off
+weight repacking (``use_extra_bufts=False``) and the tiled matmul (``GGML_CPU_TILED_MM=0``) and
+forces flash attention, so that tree rows of up to 63 rows are bit-identical to the same rows
+verified as a chain. The tiled-matmul switch is read once per process, so a process has one mode.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST, Tree, accepted_path
+
+#: Prefill writes the KV cache in chunks that start at multiples of this many positions, and a
+#: later prefill reuses only whole chunks (see :class:`Target`). Exact mode uses its widest
+#: batch, 63 rows. In fast mode a smaller chunk means fewer tokens decoded again at each turn,
+#: a larger one a faster prefill: measured here (embedded target, 2,048 tokens, 2 threads),
+#: 64-row chunks prefill at 72-79 tok/s, 128 at 87, 256 at 90, 512 at 86-89.
+PREFILL_CHUNK_FAST = 128
+
+_PROCESS_MODE: str | None = None
+_LOCK = threading.Lock()
+_LOG_CB = None  # keep the ctypes callback alive
+
+
+class EngineError(RuntimeError):
+    """llama.cpp refused an operation; the message says which and what to do."""
+
+
+def _llama():
+    """Import llama_cpp lazily, so pure modules never load the shared library."""
+    import llama_cpp
+
+    return llama_cpp
+
+
+def set_kernel_mode(exact: bool) -> str:
+    """Fix this process's kernel mode before the first matmul; refuse to switch it later."""
+    global _PROCESS_MODE
+    mode = "exact" if exact else "fast"
+    with _LOCK:
+        if _PROCESS_MODE is None:
+            env = os.environ.get("GGML_CPU_TILED_MM")
+            if exact:
+                os.environ["GGML_CPU_TILED_MM"] = "0"
+            elif env is not None and env.strip() == "0":
+                raise EngineError(
+                    "fast mode asked for, but GGML_CPU_TILED_MM=0 is set in the environment "
+                    "(that is exact mode's kernel switch). Unset it, or pass exact=true."
+                )
+            _PROCESS_MODE = mode
+            _init_backend()
+        elif _PROCESS_MODE != mode:
+            raise EngineError(
+                f"this process already runs llama.cpp in {_PROCESS_MODE} mode; its kernel "
+                f"switch is read once per process, so {mode} mode needs a new process"
+            )
+    return mode
+
+
+def kernel_mode() -> str | None:
+    return _PROCESS_MODE
+
+
+def _init_backend() -> None:
+    global _LOG_CB
+    ll = _llama()
+    ll.llama_backend_init()
+    verbose = os.environ.get("ADASPARK_LLAMA_LOG", "") not in ("", "0")
+
+    shown = [False]
+
+    @ll.llama_log_callback
+    def _log(level, text, _user):  # type: ignore[no-untyped-def]
+        # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continues the previous line
+        show = verbose or level == 4 or (level == 5 and shown[0])
+        shown[0] = show
+        if show and text:
+            os.write(2, text)
+
+    _LOG_CB = _log
+    ll.llama_log_set(_log, ctypes.c_void_p(0))
+
+
+@dataclass
+class VerifyResult:
+    """What one verify returns: per row the target's argmax, optionally the top-2 logit gap and
+    the logits themselves, and the measured time of the forward (seconds)."""
+
+    argmax: np.ndarray
+    verify_s: float
+    gap: np.ndarray | None = None
+    logits: np.ndarray | None = None
+
+
+def top2_gap(logits: np.ndarray) -> np.ndarray:
+    """Per row, best logit minus second best (a near tie is a gap under 0.5, HARNESS)."""
+    part = np.partition(logits, -2, axis=1)
+    return (part[:, -1] - part[:, -2]).astype(np.float64)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def reusable_prefix(common: int, canonical: int, chunk: int) -> int:
+    """How many leading cached cells a prefill may keep: the common prefix with the new prompt,
+    no further than the cells whole prefill chunks wrote, rounded down to a whole chunk."""
+    return min(common, canonical) // chunk * chunk
+
+
+def prefill_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
+    """Positions ``[start, end)`` cut at the multiples of ``chunk`` (``start`` is one)."""
+    if start % chunk:
+        raise ValueError(f"a prefill starts at a chunk boundary, not at {start}")
+    return [(a, min(a + chunk, end)) for a in range(start, end, chunk)]
+
+
+class Model:
+    """A loaded GGUF with its vocabulary and chat template, and one context over it."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        n_ctx: int,
+        *,
+        exact: bool,
+        threads: int | None = None,
+        n_seq_max: int = 64,
+        n_batch: int = 512,
+    ) -> None:
+        path = Path(path)
+        if not path.is_file():
+            raise EngineError(
+                f"model file {path} does not exist. Run `adaspark models` for the embedded "
+                "models, or point target.path / drafter.path at your GGUF file"
+            )
+        set_kernel_mode(exact)
+        ll = _llama()
+        self.path = path
+        self.exact = exact
+        self.n_batch = n_batch
+        mp = ll.llama_model_default_params()
+        mp.n_gpu_layers = 0
+        if exact:
+            mp.use_extra_bufts = False
+        self.model = ll.llama_model_load_from_file(str(path).encode(), mp)
+        if not self.model:
+            raise EngineError(f"llama.cpp could not load {path} (not a GGUF it can read?)")
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
+        cp = ll.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = n_batch
+        cp.n_ubatch = n_batch
+        cp.n_seq_max = n_seq_max
+        cp.kv_unified = True
+        nt = threads or os.cpu_count() or 1
+        cp.n_threads = nt
+        cp.n_threads_batch = nt
+        if exact:
+            cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        cp.no_perf = True
+        self.ctx = ll.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
+        # llama.cpp caps the batch (and the rows that may carry logits) at the context asked
+        # for, then pads the context to a multiple of 256: batches and prompts follow what was
+        # asked for, so neither outgrows the context's buffers (a native abort otherwise).
+        self.n_ctx = min(n_ctx, int(ll.llama_n_ctx(self.ctx)))
+        self.n_batch = min(n_batch, int(ll.llama_n_batch(self.ctx)))
+        self.mem = ll.llama_get_memory(self.ctx)
+        self.n_seq_max = n_seq_max
+        self._batch = ll.llama_batch_init(max(n_batch, MAX_ROWS_FAST), 0, n_seq_max)
+        self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+
+    def close(self) -> None:
+        ll = _llama()
+        if getattr(self, "_batch", None) is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "ctx", None):
+            ll.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            ll.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- vocabulary ------------------------------------------------------------------------
+
+    def token_texts(self) -> list[bytes]:
+        ll = _llama()
+        return [ll.llama_vocab_get_text(self.vocab, i) for i in range(self.n_vocab)]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(_llama().llama_vocab_is_eog(self.vocab, token))
+
+    def tokenize(self, text: str, *, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
+        ll = _llama()
+        raw = text.encode("utf-8")
+        cap = len(raw) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        ll = _llama()
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        raw = _llama().llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def meta(self, key: str) -> str | None:
+        ll = _llama()
+        buf = ctypes.create_string_buffer(4096)
+        n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, 4096)
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    # -- batches ---------------------------------------------------------------------------
+
+    def _fill(self, tokens, positions, seq_ids, want_logits) -> None:
+        b = self._batch
+        b.n_tokens = len(tokens)
+        for i, (t, p, s, w) in enumerate(zip(tokens, positions, seq_ids, want_logits, strict=True)):
+            b.token[i] = t
+            b.pos[i] = p
+            b.n_seq_id[i] = len(s)
+            for k, sid in enumerate(s):
+                b.seq_id[i][k] = sid
+            b.logits[i] = 1 if w else 0
+
+    def _decode(self) -> float:
+        ll = _llama()
+        t0 = time.perf_counter()
+        rc = ll.llama_decode(self.ctx, self._batch)
+        ll.llama_synchronize(self.ctx)
+        dt = time.perf_counter() - t0
+        if rc != 0:
+            raise EngineError(
+                f"llama_decode failed with code {rc} on a batch of {self._batch.n_tokens} rows "
+                "(1 = no KV slot: the context is full; raise n_ctx or shorten the prompt)"
+            )
+        return dt
+
+    def prefill_in_chunks(self, tokens: list[int], cached: list[int], n_canonical: int,
+                          chunk: int) -> tuple[int, float]:
+        """Make sequence 0 hold exactly ``tokens``, decoded (no logits) in chunks at multiples of
+        ``chunk`` after the cells it may keep of ``cached`` (what sequence 0 holds now, of which
+        whole chunks wrote the first ``n_canonical``): see :class:`Target`, "Prefill and
+        history". Returns the cells kept and the seconds spent decoding."""
+        keep = reusable_prefix(common_prefix(cached, tokens), n_canonical, chunk)
+        _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
+        spent = 0.0
+        for start, end in prefill_chunks(keep, len(tokens), chunk):
+            self._fill(tokens[start:end], range(start, end), [[0]] * (end - start),
+                       [False] * (end - start))
+            spent += self._decode()
+        return keep, spent
+
+    def logits(self, n_rows: int) -> np.ndarray:
+        """View of the logits of the last decode's ``n_rows`` output rows (do not keep it)."""
+        ptr = _llama().llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+
+    def seq_pos_range(self, seq: int) -> tuple[int, int]:
+        ll = _llama()
+        return (int(ll.llama_memory_seq_pos_min(self.mem, seq)),
+                int(ll.llama_memory_seq_pos_max(self.mem, seq)))
+
+
+class Target(Model):
+    """The target model with its committed sequence and the tree verify of §2.2.
+
+    KV layout. llama.cpp refills freed cells from the lowest one, and flash attention sums over
+    cells in buffer order, so keeping a tree's accepted cells (scattered among rejected ones in
+    the depth-first layout) lets later tokens land in cells before earlier positions: the rows
+    still agree with plain decode in argmax, not bit for bit. Fast mode accepts that (it keeps the
+    path's cells: no extra work). Exact mode keeps sequence 0 contiguous and in position order:
+    it drops every tree cell after the verify and decodes the accepted tokens again at the head of
+    the next verify's batch (rows without logits, in sequence 0 and every leaf sequence), so each
+    token's KV is written once, in order. Those rows cost time, which is one reason exact mode is
+    for correctness checks and fast mode for measurement (HARNESS "Kernels").
+    """
+
+    def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, threads: int | None = None,
+                 prefill_chunk: int | None = None):
+        super().__init__(path, n_ctx, exact=exact, threads=threads, n_seq_max=64)
+        self.max_rows = MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
+        if self.n_batch < self.max_rows:
+            self.close()
+            raise EngineError(
+                f"a target context of {n_ctx} tokens is too small: a verify of up to "
+                f"{self.max_rows} rows needs at least that many; raise target.n_ctx")
+        self.prefill_chunk = prefill_chunk or (MAX_ROWS_EXACT if exact else PREFILL_CHUNK_FAST)
+        self.committed: list[int] = []
+        self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)
+        self.n_canonical = 0  # leading cells written by whole prefill chunks (reusable)
+        self.reused = 0  # prompt tokens the last prefill took from the cache
+        self.last_path: list[int] = []
+        self._pending: tuple[Tree, list[list[int]], int] | None = None
+
+    @property
+    def n_past(self) -> int:
+        """Position of the anchor: every committed token but the last."""
+        return max(0, len(self.committed) - 1)
+
+    def reset(self) -> None:
+        _llama().llama_memory_clear(self.mem, True)
+        self.committed = []
+        self.n_kv = 0
+        self.n_canonical = 0
+        self._pending = None
+
+    def _decode_seq0(self, tokens: list[int], start: int) -> float:
+        """Decode ``tokens`` into sequence 0 from position ``start``, in batches of at most
+        ``n_batch`` rows (exact mode: at most 63, the widest batch on the exact path)."""
+        step = MAX_ROWS_EXACT if self.exact else self.n_batch
+        spent = 0.0
+        for off in range(0, len(tokens), step):
+            chunk = tokens[off : off + step]
+            pos = range(start + off, start + off + len(chunk))
+            self._fill(chunk, pos, [[0]] * len(chunk), [False] * len(chunk))
+            spent += self._decode()
+        return spent
+
+    def prefill(self, tokens: list[int]) -> float:
+        """Commit ``tokens``; decode all but the last (the anchor). Reuses the longest common
+        prefix already in the cache, as llama-server's ``cache_prompt`` does, but only in whole
+        prefill chunks (see the class docstring), so the cache after a prefill does not depend
+        on what this process decoded before. Returns seconds; :attr:`reused` says how many
+        prompt tokens came from the cache."""
+        if not tokens:
+            raise EngineError("cannot prefill an empty prompt")
+        if len(tokens) >= self.n_ctx:
+            raise EngineError(
+                f"prompt of {len(tokens)} tokens does not fit the context of {self.n_ctx}"
+            )
+        if self._pending is not None:
+            self.discard()
+        keep, spent = self.prefill_in_chunks(tokens[:-1], self.committed[: self.n_kv],
+                                             self.n_canonical, self.prefill_chunk)
+        self.committed = list(tokens)
+        self.n_kv = len(tokens) - 1
+        self.n_canonical = (len(tokens) - 1) // self.prefill_chunk * self.prefill_chunk
+        self.reused = keep
+        return spent
+
+    def flush(self) -> None:
+        """Decode committed tokens not yet in the cache (exact mode's re-decoded path), so that
+        sequence 0 holds every committed token but the anchor."""
+        if self._pending is not None:
+            raise EngineError("a verify is pending: commit() or discard() it first")
+        self._decode_seq0(self.committed[self.n_kv : -1], self.n_kv)
+        self.n_kv = self.n_past
+
+    def verify(self, tree: Tree, *, want_gaps: bool = False,
+               want_logits: bool = False) -> VerifyResult:
+        """One forward over every row of ``tree``; the state stays pending until
+        :meth:`commit` or :meth:`discard`."""
+        if self._pending is not None:
+            raise EngineError("a verify is pending: commit() or discard() it first")
+        if not self.committed:
+            raise EngineError("nothing committed: prefill a prompt first")
+        if tree.tokens[0] != self.committed[-1]:
+            raise EngineError(
+                f"tree anchor {tree.tokens[0]} is not the last committed token "
+                f"{self.committed[-1]}"
+            )
+        if tree.n_rows > self.max_rows:
+            raise EngineError(f"tree of {tree.n_rows} rows exceeds {self.max_rows} rows")
+        ll = _llama()
+        P = self.n_past
+        depths = tree.depths()
+        if P + max(depths) >= self.n_ctx:
+            raise EngineError(f"context full: {P} + {max(depths) + 1} rows > n_ctx {self.n_ctx}")
+        if self.n_kv + tree.n_rows > P + self.max_rows:
+            self.flush()  # backlog and tree together would leave the exact path's widths
+        backlog = self.committed[self.n_kv : -1]
+        if tree.n_rows == 1:
+            seqs: list[list[int]] = [[0]]
+            shared = [0]
+        else:
+            leaves = tree.leaves()
+            seqs = [[] for _ in range(tree.n_rows)]
+            for k, leaf in enumerate(leaves, start=1):
+                r = leaf
+                while r != -1:
+                    seqs[r].append(k)
+                    r = tree.parents[r]
+                ll.llama_memory_seq_cp(self.mem, 0, k, -1, -1)
+            shared = [0, *range(1, len(leaves) + 1)]
+        self._fill(
+            backlog + list(tree.tokens),
+            [*range(self.n_kv, P), *(P + d for d in depths)],
+            [shared] * len(backlog) + seqs,
+            [False] * len(backlog) + [True] * tree.n_rows,
+        )
+        self._pending = (tree, seqs, len(backlog))
+        try:
+            dt = self._decode()
+        except EngineError:
+            self.discard()
+            raise
+        lg = self.logits(tree.n_rows)
+        res = VerifyResult(argmax=lg.argmax(axis=1).astype(np.int64), verify_s=dt)
+        if want_gaps:
+            res.gap = top2_gap(lg)
+        if want_logits:
+            res.logits = lg.copy()
+        return res
+
+    def discard(self) -> None:
+        """Drop a pending verify's cells; the committed state is as before it."""
+        if self._pending is None:
+            return
+        ll = _llama()
+        ll.llama_memory_seq_keep(self.mem, 0)
+        ll.llama_memory_seq_rm(self.mem, 0, self.n_kv, -1)
+        self._pending = None
+
+    def commit(self, result: VerifyResult) -> list[int]:
+        """Accept the greedy path of the pending verify (§2.2); return the newly committed
+        tokens: the accepted candidates and the target's argmax after the path (the bonus)."""
+        if self._pending is None:
+            raise EngineError("nothing to commit: verify() a tree first")
+        ll = _llama()
+        tree, seqs, _ = self._pending
+        path = accepted_path(tree, result.argmax)
+        P = self.n_past
+        if tree.n_rows == 1:
+            self.n_kv = P + 1
+        elif self.exact:
+            ll.llama_memory_seq_keep(self.mem, 0)  # backlog rows stay, tree cells go
+            self.n_kv = P
+        else:
+            ll.llama_memory_seq_cp(self.mem, seqs[path[-1]][0], 0, P, P + len(path))
+            ll.llama_memory_seq_keep(self.mem, 0)
+            self.n_kv = P + len(path)
+        self._pending = None
+        new = [tree.tokens[r] for r in path[1:]] + [int(result.argmax[path[-1]])]
+        self.committed.extend(new)
+        self.last_path = path
+        return new

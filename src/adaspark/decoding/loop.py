@@ -1,0 +1,124 @@
+"""The round loop (Algorithm 1): plain autoregressive decode and speculative decode.
+
+One loop serves every arm: a round asks the width rule whether to draft, drafts, lets the rule
+build the verify tree, verifies it in one forward, commits the greedy path and the target's argmax
+after it (§2.2), and tells the rule what happened. A width of 1 (the anchor alone) is plain
+decode, so the autoregressive arm is the same loop with the ``ar`` rule.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from adaspark.decoding.drafter.base import Drafter, DrafterStats
+from adaspark.decoding.engine import Target
+from adaspark.rules.base import RoundOutcome, RoundState, WidthRule
+
+
+@dataclass
+class Generation:
+    """One reply. ``tokens`` are the generated ids (an end-of-generation token included when the
+    model emitted one); ``decode_s`` is the time of the rounds (prefill excluded)."""
+
+    tokens: list[int]
+    prompt_tokens: int
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    verify_s: float = 0.0
+    stop: str = "length"  # "eog" or "length"
+    token_times: list[float] = field(default_factory=list)
+    width_hist: dict[int, int] = field(default_factory=dict)
+    gaps: list[float] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.decode_s if self.decode_s > 0 else float("nan")
+
+
+def generate(
+    target: Target,
+    prompt: list[int],
+    max_tokens: int,
+    rule: WidthRule,
+    drafter: Drafter | None = None,
+    block_positions: int = 4,
+    *,
+    want_gaps: bool = False,
+    on_tokens: Callable[[list[int]], None] | None = None,
+    stats: DrafterStats | None = None,
+    request_id: str | None = None,
+) -> Generation:
+    """Decode up to ``max_tokens`` greedily after ``prompt`` with ``rule`` choosing each verify.
+
+    ``on_tokens`` is called with each round's committed tokens as they are committed (the
+    server streams them). With ``want_gaps`` the top-2 logit gap of the row that produced each
+    generated token is kept (near-tie analysis, HARNESS).
+    """
+    if rule.uses_drafter and drafter is None:
+        raise ValueError(f"width rule {rule.name!r} needs a drafter; the arm gives none")
+    gen = Generation(tokens=[], prompt_tokens=len(prompt))
+    gen.prefill_s = target.prefill(prompt)
+    rule.begin_request(prompt, request_id)
+    if drafter is not None:
+        drafter.begin(prompt)
+    t_start = time.perf_counter()
+    while len(gen.tokens) < max_tokens:
+        state = RoundState(committed=target.committed, round_index=gen.rounds,
+                           max_rows=target.max_rows, block_positions=block_positions)
+        t_round = time.perf_counter()
+        block = None
+        if drafter is not None and rule.wants_block(state):
+            room = target.n_ctx - len(target.committed) - 1
+            want = rule.block_positions(block_positions)
+            block = drafter.draft(target.committed, max(1, min(want, room)))
+            if stats is not None:
+                stats.n_blocks += 1
+                stats.draft_s += block.draft_s
+        plan = rule.plan(state, block)
+        fixed_s = time.perf_counter() - t_round
+        res = target.verify(plan.tree, want_gaps=want_gaps)
+        t_commit = time.perf_counter()
+        new = target.commit(res)
+        commit_s = time.perf_counter() - t_commit
+        path = target.last_path
+        room = max_tokens - len(gen.tokens)
+        emitted = new[:room]
+        for k, tok in enumerate(emitted):
+            if target.is_eog(tok):
+                emitted = emitted[: k + 1]
+                gen.stop = "eog"
+                break
+        now = time.perf_counter()
+        gen.tokens.extend(emitted)
+        gen.token_times.extend([now] * len(emitted))
+        if want_gaps and res.gap is not None:
+            gen.gaps.extend(float(res.gap[r]) for r in path[: len(emitted)])
+        gen.rounds += 1
+        gen.drafted += plan.tree.n_rows - 1
+        gen.accepted += len(path) - 1
+        gen.verify_s += res.verify_s
+        gen.width_hist[plan.tree.n_rows] = gen.width_hist.get(plan.tree.n_rows, 0) + 1
+        if stats is not None:
+            stats.n_drafted += plan.tree.n_rows - 1
+            stats.n_accepted += len(path) - 1
+        rule.observe(plan, RoundOutcome(path=path, new_tokens=new, verify_s=res.verify_s,
+                                        fixed_s=fixed_s,
+                                        draft_s=block.draft_s if block is not None else 0.0,
+                                        commit_s=commit_s))
+        if on_tokens is not None and emitted:
+            on_tokens(emitted)
+        if gen.stop == "eog":
+            break
+        if len(target.committed) + 1 >= target.n_ctx:
+            gen.stop = "context"
+            break
+    gen.decode_s = time.perf_counter() - t_start
+    gen.summary = rule.end_request()
+    return gen

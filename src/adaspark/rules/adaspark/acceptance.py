@@ -1,0 +1,316 @@
+"""Acceptance model (§3.3, Eq. 6), the head-based estimate it competes with, and the guard.
+
+At most one child of an accepted parent is the target's argmax, so the candidates of one parent
+and an explicit *none* share one softmax: ``q_j = exp(s_j) / (1 + sum_i exp(s_i))`` over every
+candidate of the parent, placed or not, so each q is fixed before the tree is chosen (Prop. 1).
+
+Scores (coefficient layout below)::
+
+    pick     s = a0 + a1 logit h + a2 logit sigma                 + psi + b_req
+    sibling  s = a3 + a4 log r + a5 logit h + a6 logit sigma      + psi + b_req
+    n-gram   s = logit p_src + w_bucket                           + psi + b_req
+    agreed   its drafter score + max(0, logit p_src) + w_agreed[bucket, pick|sibling]
+    contra   its drafter score - max(0, logit p_src) + w_contra[evidence, pick|sibling]
+    psi      w_depth * position (drafter nodes) + w_context * c / 8192 (every node)
+
+A bucket is the n-gram proposal's evidence class (follower seen once | twice or more | copy |
+long copy) crossed with the number of n-gram nodes above the node on its path (0 | 1-2 | 3+).
+The prior derives from the features' definitions: the pick scores ``ln 2 + logit h`` (which makes
+its q exactly h), a sibling ``log r``, everything else 0. Each coefficient learns by FTRL-Proximal
+on its deviation from the prior and leaves the prior only once its accumulated gradient exceeds
+``3 sqrt(m)`` after ``m`` updates; the per-request intercept learns by AdaGrad.
+
+The head-based estimate is a pick's confidence head, a sibling's share of the top-K softmax mass
+and an n-gram node's source precision (an agreed node keeps its drafter estimate), all shifted by a
+per-request logit offset. The guard scores every labelled parent under both before either learns
+and lets the fitted model price the tree only while its decayed log loss is the lower.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from adaspark.rules.adaspark.candidate_tree import NGRAM, PICK, CandidateTree, logit
+from adaspark.rules.adaspark.config import AcceptanceConfig
+from adaspark.rules.adaspark.ngram import EVIDENCE_NAMES, run_class
+
+N_EVIDENCE = len(EVIDENCE_NAMES)
+N_RUN = 3
+N_BUCKETS = N_EVIDENCE * N_RUN
+#: Coefficient layout.
+A_PICK, A_SIB = 0, 3          # a0..a2 (pick), a3..a6 (sibling)
+DEPTH, CONTEXT = 7, 8
+NEW = 9                        # n-gram-only buckets
+AGREED_PICK = NEW + N_BUCKETS
+AGREED_SIB = AGREED_PICK + N_BUCKETS
+CONTRA_PICK = AGREED_SIB + N_BUCKETS
+CONTRA_SIB = CONTRA_PICK + N_EVIDENCE
+N_COEF = CONTRA_SIB + N_EVIDENCE
+
+
+def bucket(evidence: int, run: int, run_edges: tuple[int, int]) -> int:
+    return evidence * N_RUN + run_class(run, run_edges)
+
+
+def bucket_name(coef: int) -> str:
+    """A readable name of a bucket coefficient (records, reports)."""
+    if coef >= CONTRA_PICK:
+        kind = "contra-pick" if coef < CONTRA_SIB else "contra-sib"
+        return f"{kind}/{EVIDENCE_NAMES[(coef - CONTRA_PICK) % N_EVIDENCE]}"
+    base = NEW if coef < AGREED_PICK else AGREED_PICK if coef < AGREED_SIB else AGREED_SIB
+    kind = {NEW: "new", AGREED_PICK: "agreed-pick", AGREED_SIB: "agreed-sib"}[base]
+    b = coef - base
+    return f"{kind}/{EVIDENCE_NAMES[b // N_RUN]}/r{('0', '1-2', '3+')[b % N_RUN]}"
+
+
+def shift(q: np.ndarray | float, b: float) -> Any:
+    """``sigmoid(logit(q) + b)``, written so 0 and 1 stay fixed."""
+    if b == 0.0:
+        return q
+    w = np.asarray(q) * math.exp(b)
+    return w / (w + 1.0 - np.asarray(q))
+
+
+def node_loss(q: float, accepted: bool) -> float:
+    """Binary log loss of one labelled node."""
+    q = min(max(q, 1e-12), 1.0 - 1e-12)
+    return -math.log(q) if accepted else -math.log(1.0 - q)
+
+
+def prior_coefficients(cfg: AcceptanceConfig) -> np.ndarray:
+    """The prior from the features' definitions (§3.3, "Learning"): the pick scores
+    ``ln 2 + logit h``, a sibling ``log r``; share coefficients, psi and buckets start at 0."""
+    w = np.zeros(N_COEF)
+    w[A_PICK] = cfg.prior_pick_intercept
+    w[A_PICK + 1] = 1.0   # logit h, as it is
+    w[A_SIB + 1] = 1.0    # log r, as it is
+    return w
+
+
+class RoundTerms:
+    """What the model reads about one round's candidates: the sparse bucket terms and the fixed
+    ``base`` of each n-gram, agreed or contradicted node (Eq. 6), computed once per round."""
+
+    __slots__ = ("base", "coef", "idx", "u")
+
+    def __init__(self, tree: CandidateTree, context: int, cfg: AcceptanceConfig,
+                 unit: float) -> None:
+        self.u = context / unit
+        idx: list[int] = []
+        coef: list[int] = []
+        base: list[float] = []
+        edges = cfg.run_edges
+        eps = cfg.logit_eps
+        for j in (*sorted(tree.marked), *range(tree.n_drafted, len(tree))):
+            kind = tree.kind[j]
+            if kind == NGRAM:
+                idx.append(j)
+                coef.append(NEW + bucket(tree.evidence[j], tree.run[j], edges))
+                base.append(logit(tree.src_p[j], eps))
+            elif tree.agreed[j]:
+                idx.append(j)
+                off = AGREED_PICK if kind == PICK else AGREED_SIB
+                coef.append(off + bucket(tree.evidence[j], tree.run[j], edges))
+                base.append(max(0.0, logit(tree.src_p[j], eps)))
+            elif tree.contra[j] >= 0:
+                idx.append(j)
+                off = CONTRA_PICK if kind == PICK else CONTRA_SIB
+                coef.append(off + tree.contra[j])
+                base.append(-max(0.0, logit(tree.src_p[j], eps)))
+        self.idx = np.asarray(idx, dtype=np.int64)
+        self.coef = np.asarray(coef, dtype=np.int64)
+        self.base = np.asarray(base, dtype=np.float64)
+
+    def coef_of(self) -> dict[int, int]:
+        return dict(zip(self.idx.tolist(), self.coef.tolist(), strict=True))
+
+
+def softmax_by_parent(scores: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Eq. (6)'s normalisation: each parent's candidates and *none* in one softmax."""
+    e = np.exp(np.clip(scores, -60.0, 60.0))
+    grp = parent + 1
+    denom = 1.0 + np.bincount(grp, weights=e, minlength=len(scores) + 1)
+    return e / denom[grp]
+
+
+class AcceptanceModel:
+    """Eq. (6) with its online learning. The coefficients, their FTRL state, the per-bucket label
+    counts and the guard outlive requests (the store); the intercept restarts with each request."""
+
+    def __init__(self, cfg: AcceptanceConfig) -> None:
+        self.cfg = cfg
+        self.prior: list[float] = prior_coefficients(cfg).tolist()
+        self.w: list[float] = list(self.prior)
+        self.z = [0.0] * N_COEF
+        self.n = [0.0] * N_COEF
+        self.m = [0.0] * N_COEF
+        self.labels = [0] * N_COEF
+        self._w_arr: np.ndarray | None = None
+        self.guard = [0.0, 0.0]      # decayed log loss: fitted model, head-based estimate
+        self.seen = 0                # labelled parents
+        self.b = 0.0
+        self.b_g2 = 0.0
+        self._keep = 0.5 ** (1.0 / cfg.guard_half_life)
+
+    # -- pricing ----------------------------------------------------------------------------
+
+    def prices(self) -> bool:
+        """The guard: the fitted model prices the tree only while its decayed loss is lower."""
+        return self.guard[0] < self.guard[1]
+
+    def weights(self) -> np.ndarray:
+        if self._w_arr is None:
+            self._w_arr = np.asarray(self.w, dtype=np.float64)
+        return self._w_arr
+
+    def scores(self, tree: CandidateTree, terms: RoundTerms) -> np.ndarray:
+        w = self.weights()
+        B, D = tree.B, tree.n_drafted
+        s = np.zeros(len(tree))
+        if D:
+            pos = np.arange(B, dtype=np.float64)
+            common = w[A_SIB + 2] * tree.lh + w[A_SIB + 3] * tree.ls + w[DEPTH] * pos
+            blk = w[A_SIB] + w[A_SIB + 1] * tree.logr + common[:, None]
+            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * tree.lh + w[A_PICK + 2] * tree.ls \
+                + w[DEPTH] * pos
+            s[:D] = blk.ravel()
+        s += w[CONTEXT] * terms.u + self.b
+        if len(terms.idx):
+            s[terms.idx] += w[terms.coef] + terms.base
+        return s
+
+    def probabilities(self, tree: CandidateTree, terms: RoundTerms,
+                      parent: np.ndarray) -> np.ndarray:
+        return softmax_by_parent(self.scores(tree, terms), parent)
+
+    # -- learning ---------------------------------------------------------------------------
+
+    def _ftrl(self, i: int, g: float) -> None:
+        c = self.cfg
+        rate = c.ngram_bucket_ftrl_rate if i >= NEW else c.drafter_ftrl_rate
+        prior = self.prior[i]
+        d = self.w[i] - prior
+        n_old = self.n[i]
+        n_new = min(n_old + g * g, c.squared_gradient_cap)
+        sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / rate
+        z = self.z[i] + g - sigma * d
+        self.z[i] = z
+        self.n[i] = n_new
+        m = self.m[i] + 1.0
+        self.m[i] = m
+        gate = c.prior_gate * math.sqrt(m if c.gate_counts == "updates" else n_new)
+        if abs(z) <= gate:
+            self.w[i] = prior
+        else:
+            self.w[i] = prior - (z - math.copysign(gate, z)) / (
+                (c.drafter_ftrl_stabiliser + math.sqrt(n_new)) / rate + c.drafter_l2)
+
+    def learn_group(self, tree: CandidateTree, group: list[int], label: int | None,
+                    p: list[float], coef_of: dict[int, int], u: float,
+                    lh: list[float], ls: list[float], logr: list[list[float]]) -> None:
+        """One labelled parent: its candidates ``group``, the model's probabilities ``p`` for
+        them (computed before the round's labels), and which one carried the target's pick."""
+        g: dict[int, float] = {}
+        gb = 0.0
+        K, D = tree.K, tree.n_drafted
+        for j, pj in zip(group, p, strict=True):
+            d = pj - (1.0 if j == label else 0.0)
+            gb += d
+            if j < D:
+                i, k = divmod(j, K)
+                if k == 0:
+                    terms = ((A_PICK, 1.0), (A_PICK + 1, lh[i]), (A_PICK + 2, ls[i]))
+                else:
+                    terms = ((A_SIB, 1.0), (A_SIB + 1, logr[i][k]), (A_SIB + 2, lh[i]),
+                             (A_SIB + 3, ls[i]))
+                for ci, x in terms:
+                    g[ci] = g.get(ci, 0.0) + d * x
+                    self.labels[ci] += 1
+                if i:
+                    g[DEPTH] = g.get(DEPTH, 0.0) + d * i
+                    self.labels[DEPTH] += 1
+            if u:
+                g[CONTEXT] = g.get(CONTEXT, 0.0) + d * u
+                self.labels[CONTEXT] += 1
+            cb = coef_of.get(j)
+            if cb is not None:
+                g[cb] = g.get(cb, 0.0) + d
+                self.labels[cb] += 1
+        for ci, gi in g.items():
+            if math.isfinite(gi):
+                self._ftrl(ci, gi)
+        self._w_arr = None
+        c = self.cfg
+        if math.isfinite(gb):
+            self.b_g2 = min(self.b_g2 + gb * gb, c.intercept_squared_gradient_cap)
+            b = self.b - c.intercept_adagrad_rate * gb / (c.adagrad_stabiliser
+                                                          + math.sqrt(self.b_g2))
+            self.b = min(max(b, -c.intercept_band), c.intercept_band)
+
+    def score_guard(self, loss_model: float, loss_head: float) -> None:
+        """One labelled parent's log loss under both estimates, before either learns."""
+        k = self._keep
+        self.guard = [self.guard[0] * k + loss_model, self.guard[1] * k + loss_head]
+        self.seen += 1
+
+    def begin_request(self) -> None:
+        self.b = 0.0
+        self.b_g2 = 0.0
+
+    def bucket_labels(self, coef: int) -> int:
+        return self.labels[coef]
+
+    # -- the store --------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        return {"prior": list(self.prior), "w": list(self.w), "z": list(self.z),
+                "n": list(self.n), "m": list(self.m), "labels": list(self.labels),
+                "guard": list(self.guard), "seen": self.seen}
+
+    def load_state(self, s: dict[str, Any]) -> None:
+        if len(s["w"]) != N_COEF:
+            raise ValueError(f"stored acceptance model has {len(s['w'])} coefficients, "
+                             f"this one {N_COEF}")
+        self.prior = [float(x) for x in s["prior"]]
+        self.w = [float(x) for x in s["w"]]
+        self.z = [float(x) for x in s["z"]]
+        self.n = [float(x) for x in s["n"]]
+        self.m = [float(x) for x in s["m"]]
+        self.labels = [int(x) for x in s["labels"]]
+        self._w_arr = None
+        self.guard = [float(x) for x in s["guard"]]
+        self.seen = int(s["seen"])
+
+
+class HeadEstimate:
+    """The head-based estimate's per-request logit offset, learned by AdaGrad per labelled node
+    (gradient ``q' - y``), restarted with each request."""
+
+    def __init__(self, cfg: AcceptanceConfig) -> None:
+        self.cfg = cfg
+        self.b = 0.0
+        self.g2 = 0.0
+
+    def begin_request(self) -> None:
+        self.b = 0.0
+        self.g2 = 0.0
+
+    def apply(self, q: np.ndarray) -> np.ndarray:
+        return shift(q, self.b)
+
+    def observe(self, q_raw: float, accepted: bool) -> None:
+        if not 0.0 <= q_raw <= 1.0:
+            return
+        c = self.cfg
+        if self.b == 0.0:
+            qs = q_raw
+        else:
+            wq = q_raw * math.exp(self.b)
+            qs = wq / (wq + 1.0 - q_raw)
+        g = qs - (1.0 if accepted else 0.0)
+        self.g2 += g * g
+        b = self.b - c.head_offset_adagrad_rate * g / (c.adagrad_stabiliser + math.sqrt(self.g2))
+        self.b = min(max(b, -c.head_offset_band), c.head_offset_band)

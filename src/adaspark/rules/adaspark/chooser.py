@@ -1,0 +1,322 @@
+"""Choosing the width (§3.4): Eq. (7), the long-run rate rho, the gains and the hysteresis.
+
+For each offered width ``n`` the chooser forms the round's expected tokens and time and maximises
+
+    V(n) = 1 + S(n0) + g_d dS_d(n) + g_n dS_ng(n) - rho_m (D + T(n, c))           (Eq. 7)
+
+``n0`` is a fixed reference width (the narrowest offered width of at least 8 rows), ``dS_d`` and
+``dS_ng`` the expected tokens the drafter's and the n-gram's nodes add above ``n0`` (negative
+below it, priced by a second pair of gains), and ``rho_m`` the long-run decode rate of the
+context band ``m`` (Prop. 5: pricing time at the best achievable rate maximises the band's rate;
+the achieved rate stands in for it, a stochastic Dinkelbach iteration). Until a band has enough
+rounds the chooser uses the per-round ratio ``tokens / time``. The incumbent is kept unless beaten
+by the hysteresis margin; the first incumbent is the widest offered width, because only rounds
+wider than ``n0`` teach the gains above it.
+
+The gains are lines in context fitted by ridge least squares of realised on predicted marginal,
+shrunk toward 1 and clamped. Their observations cost no extra rounds: by Prop. 1 every prefix of
+the round's order is a tree, so the accepted path also says what each narrower prefix would have
+accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from adaspark.rules.adaspark.config import WidthChoiceConfig
+from adaspark.rules.adaspark.cost_law import context_band
+
+
+class LongRunRate:
+    """rho per context band: committed tokens over time, both decayed with a half-life in rounds
+    of that band; ``None`` until the band holds ``rate_warm_rounds`` rounds."""
+
+    def __init__(self, cfg: WidthChoiceConfig) -> None:
+        self.cfg = cfg
+        self.keep = 0.5 ** (1.0 / cfg.rate_half_life_rounds)
+        self.bands: dict[int, list[float]] = {}   # band -> [tokens, seconds, rounds]
+
+    def observe(self, context: int, tokens: float, seconds: float) -> None:
+        if tokens <= 0 or not (seconds > 0.0 and math.isfinite(seconds)):
+            return
+        b = self.bands.setdefault(context_band(context), [0.0, 0.0, 0])
+        b[0] = b[0] * self.keep + tokens
+        b[1] = b[1] * self.keep + seconds
+        b[2] += 1
+
+    def rate(self, context: int) -> float | None:
+        b = self.bands.get(context_band(context))
+        if b is None or b[2] < self.cfg.rate_warm_rounds or b[1] <= 0.0:
+            return None
+        return b[0] / b[1]
+
+    def rounds(self, context: int) -> int:
+        b = self.bands.get(context_band(context))
+        return 0 if b is None else int(b[2])
+
+    def to_state(self) -> dict[str, Any]:
+        return {str(k): list(v) for k, v in self.bands.items()}
+
+    def load_state(self, s: dict[str, Any]) -> None:
+        self.bands = {int(k): [float(v[0]), float(v[1]), int(v[2])] for k, v in s.items()}
+
+
+class MarginGain:
+    """A gain ``g(u) = a + b (u - pivot)``: ridge least squares of the realised marginal on the
+    predicted one, columns ``[p, p (u - pivot)]``, decayed normal equations, ridge weight
+    ``shrinkage x`` each column's sum of squares (plus a floor) pulling ``(a, b)`` toward
+    ``(1, 0)``; clamped."""
+
+    def __init__(self, cfg: WidthChoiceConfig) -> None:
+        self.cfg = cfg
+        self.xx = [0.0, 0.0, 0.0]
+        self.xy = [0.0, 0.0]
+        self.seen = 0
+        self._fit: tuple[float, float] | None = (1.0, 0.0)
+
+    def fit(self) -> tuple[float, float]:
+        if self._fit is not None:
+            return self._fit
+        c = self.cfg
+        m00, m01, m11 = self.xx
+        p0 = max(m00, 0.0) * c.gain_shrinkage + c.gain_ridge_floor
+        p1 = max(m11, 0.0) * c.gain_shrinkage + c.gain_ridge_floor
+        a00, a01, a11 = m00 + p0, m01, m11 + p1
+        b0, b1 = self.xy[0] + p0, self.xy[1]
+        det = a00 * a11 - a01 * a01
+        if not math.isfinite(det) or abs(det) < 1e-12:
+            self._fit = (1.0, 0.0)
+        else:
+            a = (b0 * a11 - b1 * a01) / det
+            b = (a00 * b1 - a01 * b0) / det
+            self._fit = (a, b) if math.isfinite(a) and math.isfinite(b) else (1.0, 0.0)
+        return self._fit
+
+    def at(self, u: float) -> float:
+        a, b = self.fit()
+        lo, hi = self.cfg.gain_clamp
+        return min(max(a + b * (u - self.cfg.gain_pivot_u), lo), hi)
+
+    def observe(self, u: float, predicted: float, realised: float) -> None:
+        c = self.cfg
+        if not (math.isfinite(predicted) and math.isfinite(realised)) \
+                or predicted <= c.gain_min_predicted:
+            return
+        keep = 1.0 - 1.0 / c.gain_memory_rounds
+        v = u - c.gain_pivot_u
+        x0, x1 = predicted, predicted * v
+        self.xx = [self.xx[0] * keep + x0 * x0, self.xx[1] * keep + x0 * x1,
+                   self.xx[2] * keep + x1 * x1]
+        self.xy = [self.xy[0] * keep + x0 * realised, self.xy[1] * keep + x1 * realised]
+        self.seen += 1
+        self._fit = None
+
+    def to_state(self) -> dict[str, Any]:
+        return {"xx": self.xx, "xy": self.xy, "seen": self.seen}
+
+    def load_state(self, s: dict[str, Any]) -> None:
+        self.xx = [float(x) for x in s["xx"]]
+        self.xy = [float(x) for x in s["xy"]]
+        self.seen = int(s["seen"])
+        self._fit = None
+
+
+@dataclass
+class Gains:
+    """The round's four gains: above ``n0`` (drafter, n-gram) and below it."""
+
+    d: float = 1.0
+    n: float = 1.0
+    d_below: float = 1.0
+    n_below: float = 1.0
+
+
+def reference_width(offered: list[int], n0: int) -> int:
+    """``n0``: the narrowest offered width of at least ``n0`` rows, else the narrowest offered."""
+    for n in offered:
+        if n >= n0:
+            return n
+    return offered[0] if offered else n0
+
+
+class Valuer:
+    """Eq. (7) for one round: ``S`` and ``S_ng`` over the whole order (``S[k]``: the first ``k``
+    candidates), the gains, the reference width, D and rho (``None``: the per-round ratio)."""
+
+    __slots__ = ("base_keep", "base_ng", "base_s", "d_fixed", "g", "ng", "order_len", "rho", "s")
+
+    def __init__(self, s: np.ndarray, s_ng: np.ndarray, n0: int, gains: Gains, d_fixed: float,
+                 rho: float | None) -> None:
+        self.s = s
+        self.ng = s_ng
+        self.order_len = len(s) - 1
+        self.base_keep = min(max(n0 - 1, 0), self.order_len)
+        self.base_s = float(s[self.base_keep])
+        self.base_ng = float(s_ng[self.base_keep])
+        self.g = gains
+        self.d_fixed = d_fixed
+        self.rho = rho
+
+    def keep(self, width: int) -> int:
+        return min(max(width - 1, 0), self.order_len)
+
+    def tokens(self, width: int) -> float:
+        """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``."""
+        k = self.keep(width)
+        d_all = float(self.s[k]) - self.base_s
+        d_ng = float(self.ng[k]) - self.base_ng
+        if k < self.base_keep:
+            gd, gn = self.g.d_below, self.g.n_below
+        else:
+            gd, gn = self.g.d, self.g.n
+        return 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
+
+    def value(self, width: int, price: float) -> float:
+        t = self.tokens(width)
+        time = self.d_fixed + price
+        if self.rho is None:
+            return t / time if time > 0 else math.inf
+        return t - self.rho * time
+
+    def clears(self, v: float, incumbent_v: float, incumbent_tokens: float,
+               cfg: WidthChoiceConfig) -> bool:
+        """The hysteresis: beat the incumbent's V by ``hysteresis_margin x its expected
+        tokens`` once rho is known, its ratio by ``ratio_margin`` before."""
+        if self.rho is None:
+            return v > incumbent_v * (1.0 + cfg.ratio_margin)
+        return v > incumbent_v + cfg.hysteresis_margin * incumbent_tokens
+
+
+@dataclass
+class Choice:
+    width: int
+    value: float
+    best: int
+    kept_incumbent: bool
+
+
+def choose(valuer: Valuer, offered: list[tuple[int, float]], incumbent: int,
+           cfg: WidthChoiceConfig) -> Choice:
+    """Algorithm 1, line 10: argmax of Eq. (7) over the offered widths (ties to the narrower),
+    kept at the incumbent unless beaten by the margin."""
+    best_w, best_v = 0, -math.inf
+    inc_v: float | None = None
+    for w, price in offered:
+        v = valuer.value(w, price)
+        if w == incumbent:
+            inc_v = v
+        if v > best_v:
+            best_w, best_v = w, v
+    if inc_v is None or best_w == incumbent:
+        return Choice(best_w, best_v, best_w, False)
+    if valuer.clears(best_v, inc_v, valuer.tokens(incumbent), cfg):
+        return Choice(best_w, best_v, best_w, False)
+    return Choice(incumbent, inc_v, best_w, True)
+
+
+def could_beat(valuer: Valuer, width: int, price: float, held: int, held_price: float,
+               cfg: WidthChoiceConfig) -> bool:
+    """The split test's question: would ``width`` rows at ``price`` clear the switching margin
+    against the held width? (The same comparison the chooser makes.)"""
+    inc_v = valuer.value(held, held_price)
+    return valuer.clears(valuer.value(width, price), inc_v, valuer.tokens(held), cfg)
+
+
+def accepted_within(ranks_on_path: list[int], ngram_on_path: list[bool], k: int) -> tuple[int, int]:
+    """What a tree of the first ``k`` candidates of the order would have accepted: the leading
+    part of the path whose ranks are below ``k``, split into (drafter, n-gram) nodes."""
+    d = g = 0
+    for r, is_ng in zip(ranks_on_path, ngram_on_path, strict=True):
+        if r >= k:
+            break
+        if is_ng:
+            g += 1
+        else:
+            d += 1
+    return d, g
+
+
+class GainLearner:
+    """The two pairs of gains and how a verified tree teaches them (Algorithm 1, line 16)."""
+
+    def __init__(self, cfg: WidthChoiceConfig) -> None:
+        self.cfg = cfg
+        self.d = MarginGain(cfg)
+        self.n = MarginGain(cfg)
+        self.d_below = MarginGain(cfg)
+        self.n_below = MarginGain(cfg)
+
+    def at(self, u: float) -> Gains:
+        return Gains(self.d.at(u), self.n.at(u), self.d_below.at(u), self.n_below.at(u))
+
+    def observe(self, u: float, s: np.ndarray, s_ng: np.ndarray, width: int, n0: int,
+                first: int, ranks_on_path: list[int], ngram_on_path: list[bool]) -> None:
+        """``width`` rows ran. Above ``n0`` only a round wider than ``n0`` reveals the marginal;
+        below it every round reveals the rows between the narrowest offered width ``first`` and
+        ``min(width, n0)``."""
+        order_len = len(s) - 1
+
+        def marginal(a: int, b: int) -> tuple[tuple[float, float], tuple[float, float]]:
+            ka, kb = min(a - 1, order_len), min(b - 1, order_len)
+            bd, bg = accepted_within(ranks_on_path, ngram_on_path, kb)
+            ad, ag = accepted_within(ranks_on_path, ngram_on_path, ka)
+            p_ng = float(s_ng[kb] - s_ng[ka])
+            p_d = float(s[kb] - s[ka]) - p_ng
+            return (p_d, float(bd - ad)), (p_ng, float(bg - ag))
+
+        if width > n0:
+            (pd, rd), (pn, rn) = marginal(n0, width)
+            self.d.observe(u, pd, rd)
+            self.n.observe(u, pn, rn)
+        top = min(width, n0)
+        if first >= 1 and top > first:
+            (pd, rd), (pn, rn) = marginal(first, top)
+            self.d_below.observe(u, pd, rd)
+            self.n_below.observe(u, pn, rn)
+
+    def to_state(self) -> dict[str, Any]:
+        return {"d": self.d.to_state(), "n": self.n.to_state(),
+                "d_below": self.d_below.to_state(), "n_below": self.n_below.to_state()}
+
+    def load_state(self, s: dict[str, Any]) -> None:
+        self.d.load_state(s["d"])
+        self.n.load_state(s["n"])
+        self.d_below.load_state(s["d_below"])
+        self.n_below.load_state(s["n_below"])
+
+
+class DraftForecast:
+    """Width-1 extension (not in the paper): what a drafted round is worth, known before the
+    drafter is called. Per context band, the decayed realised tokens and time of drafted rounds
+    (the same half-life as rho). Valued with Eq. (7)'s price: ``A - rho C`` or ``A / C``."""
+
+    def __init__(self, cfg: WidthChoiceConfig) -> None:
+        self.cfg = cfg
+        self.keep = 0.5 ** (1.0 / cfg.rate_half_life_rounds)
+        self.bands: dict[int, list[float]] = {}
+
+    def observe(self, context: int, tokens: float, seconds: float) -> None:
+        if not (seconds > 0.0 and math.isfinite(seconds)):
+            return
+        b = self.bands.setdefault(context_band(context), [0.0, 0.0, 0.0])
+        b[0] = b[0] * self.keep + tokens
+        b[1] = b[1] * self.keep + seconds
+        b[2] = b[2] * self.keep + 1.0
+
+    def estimate(self, context: int) -> tuple[float, float] | None:
+        """Mean tokens and seconds of a drafted round in the band; ``None`` (so: draft, and
+        learn) while the band has none."""
+        b = self.bands.get(context_band(context))
+        if b is None or b[2] <= 0.0:
+            return None
+        return b[0] / b[2], b[1] / b[2]
+
+    def to_state(self) -> dict[str, Any]:
+        return {str(k): list(v) for k, v in self.bands.items()}
+
+    def load_state(self, s: dict[str, Any]) -> None:
+        self.bands = {int(k): [float(x) for x in v] for k, v in s.items()}

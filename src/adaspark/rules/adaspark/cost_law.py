@@ -1,0 +1,466 @@
+"""The verify-cost law of one width class (§3.2, Eqs. 4-5): ``law_k(c) * level_k * D_now / D_k``.
+
+- The **law** (Eq. 4) is a per-class low-quantile regression of the verify time, normalised by the
+  class's scale (the lowest of its first measured times), on the redundant basis
+  ``phi(u) = [1, u, u^2, sqrt(u), ln(1+u)]``, ``u = c / 8192``: pinball loss at ``tau``, elastic
+  net, non-negative context coefficients, FTRL-Proximal with a capped squared-gradient sum (a
+  floored rate). It keeps a **sample bank** of the newest samples of every context band (the bit
+  length of the context) and is refitted at the end of each request on the bank, the candidate
+  judged on held-out samples. By Prop. 3 the tau-quantile of one-sided noise is the machine's time.
+- The **level** is the minimum of measured/law over the class's last verifies, clamped.
+- The **clock** corrects staleness: every class records the clock when it runs, and its price is
+  scaled by the clock now over that reading. The clock is the round's fixed cost D (drafter and
+  tree build), which runs every round whatever the width.
+
+Times are in seconds. Everything here is plain Python floats and lists: a round prices at most
+25 classes and folds one or two samples, so numpy's per-call overhead would dominate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from adaspark.rules.adaspark.config import CostModelConfig
+
+Basis = tuple[float, float, float, float, float]
+
+
+def context_basis(context: int, unit: float) -> Basis:
+    """Eq. (4)'s basis at a context of ``context`` tokens: ``[1, u, u^2, sqrt(u), ln(1+u)]``."""
+    u = context / unit
+    return (1.0, u, u * u, math.sqrt(u), math.log1p(u))
+
+
+def context_band(context: int) -> int:
+    """A context band: the bit length of the context (128-255 tokens is one band)."""
+    return int(context).bit_length()
+
+
+def pinball(residual: float, tau: float) -> float:
+    """Koenker-Bassett quantile loss ``l_tau(v) = v (tau - 1[v < 0])`` (Eq. 4)."""
+    return residual * (tau - (1.0 if residual < 0 else 0.0))
+
+
+def window_level(ratios: Iterable[float], clamp: tuple[float, float]) -> float:
+    """The level of Eq. (5): the minimum measured/law ratio of a window, clamped; 1 when empty."""
+    m = min(ratios, default=None)
+    if m is None:
+        return 1.0
+    return min(max(m, clamp[0]), clamp[1])
+
+
+class ContextLaw:
+    """Eq. (4) for one class: ``law(c) = scale * clamp(theta . phi(u))``.
+
+    ``observe`` is the online FTRL-Proximal step on the pinball subgradient; ``refit`` is the
+    end-of-request batch refit on the sample bank, adopted only if it wins on judged samples.
+    """
+
+    __slots__ = ("_banked", "bank", "cfg", "dirty", "floor", "hi_ctx", "lo_ctx", "n", "scale",
+                 "seen", "w", "warm", "z")
+
+    def __init__(self, cfg: CostModelConfig, banked: bool = True) -> None:
+        self.cfg = cfg
+        self.z = [0.0] * 5
+        self.n = [0.0] * 5
+        self.w = [0.0] * 5
+        self.seen = 0
+        self.scale: float | None = None
+        self.warm: list[tuple[int, float]] = []
+        self.bank: dict[int, list[tuple[int, float]]] = {}
+        self.floor = math.inf
+        self.lo_ctx = math.inf
+        self.hi_ctx = 0.0
+        self.dirty = False
+        self._banked = banked
+
+    # -- the fitted law -------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.scale is not None and self.seen > 0
+
+    def _refresh_weights(self) -> None:
+        """FTRL-Proximal's closed form; the context coefficients (index >= 1) are clamped at 0,
+        so the law never falls as the context grows."""
+        c = self.cfg
+        for i in range(5):
+            zi = self.z[i]
+            if abs(zi) <= c.l1:
+                self.w[i] = 0.0
+                continue
+            v = -(zi - math.copysign(c.l1, zi)) / ((c.ftrl_stabiliser + math.sqrt(self.n[i]))
+                                                     / c.ftrl_rate + c.l2)
+            self.w[i] = v if i == 0 or v > 0.0 else 0.0
+
+    def normalised(self, phi: Basis) -> float:
+        w = self.w
+        return w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
+
+    def predict(self, phi: Basis) -> float | None:
+        """The law's time (seconds) at the context of ``phi``; ``None`` until it is fitted."""
+        if self.scale is None or self.seen == 0:
+            return None
+        y = self.normalised(phi)
+        lo, hi = self.cfg.law_clamp
+        y = min(max(y, lo * self.floor), hi * self.floor)
+        return y * self.scale
+
+    # -- learning ---------------------------------------------------------------------------
+
+    def observe(self, context: int, t: float, phi: Basis) -> None:
+        """One verify of this class took ``t`` seconds at ``context``."""
+        if not (t > 0.0 and math.isfinite(t)):
+            return
+        if self.scale is None:
+            self.warm.append((context, t))
+            if len(self.warm) < self.cfg.samples_before_law:
+                return
+            self.scale = min(v for _, v in self.warm)
+            if self.cfg.law_seed_intercept:
+                c = self.cfg
+                self.z = [0.0] * 5
+                self.z[0] = -1.0 * (c.ftrl_stabiliser / c.ftrl_rate + c.l2) - c.l1
+                self._refresh_weights()
+            held, self.warm = self.warm, []
+            unit = self.cfg.context_basis_unit
+            for ctx, v in held:
+                self._fold(ctx, v, context_basis(ctx, unit))
+            return
+        self._fold(context, t, phi)
+
+    def _fold(self, context: int, t: float, phi: Basis) -> None:
+        c = self.cfg
+        if self._banked:
+            band = self.bank.setdefault(context_band(context), [])
+            if len(band) >= c.sample_bank_per_band:
+                del band[0]
+            band.append((context, t))
+            self.dirty = True
+        assert self.scale is not None
+        y = t / self.scale
+        pull = (1.0 - c.quantile_tau) if y < self.normalised(phi) else -c.quantile_tau
+        cap, rate = c.squared_gradient_cap, c.ftrl_rate
+        for i in range(5):
+            g = pull * phi[i]
+            if g == 0.0:
+                continue
+            n_old = self.n[i]
+            n_new = min(n_old + g * g, cap)
+            sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / rate
+            self.z[i] += g - sigma * self.w[i]
+            self.n[i] = n_new
+        self._refresh_weights()
+        self.seen += 1
+        self.floor = min(self.floor, y)
+        self.lo_ctx = min(self.lo_ctx, float(context))
+        self.hi_ctx = max(self.hi_ctx, float(context))
+
+    # -- the end-of-request refit -----------------------------------------------------------
+
+    def split_bank(self) -> tuple[list[tuple[int, float]], list[tuple[int, float]],
+                                  list[tuple[int, float]]]:
+        """``(train, held, judged)``: the newest quarter of every band with enough samples held
+        out, the rest interleaved across bands; judged = held + every sample of a band too small
+        to hold any out."""
+        c = self.cfg
+        train_bands: list[list[tuple[int, float]]] = []
+        held: list[tuple[int, float]] = []
+        small: list[tuple[int, float]] = []
+        for b in sorted(self.bank):
+            v = self.bank[b]
+            k = int(len(v) * c.refit_holdout_fraction) if len(v) >= c.refit_holdout_min_band else 0
+            if k == 0:
+                small.extend(v)
+                train_bands.append(list(v))
+            else:
+                held.extend(v[len(v) - k:])
+                train_bands.append(list(v[: len(v) - k]))
+        train: list[tuple[int, float]] = []
+        longest = max((len(v) for v in train_bands), default=0)
+        for i in range(longest):
+            for v in train_bands:
+                if i < len(v):
+                    train.append(v[i])
+        return train, held, held + small
+
+    def score(self, samples: list[tuple[int, float]]) -> float:
+        """Mean pinball loss (seconds) of the law on ``samples``."""
+        if not samples:
+            return math.inf
+        unit, tau = self.cfg.context_basis_unit, self.cfg.quantile_tau
+        total = 0.0
+        for ctx, t in samples:
+            p = self.predict(context_basis(ctx, unit))
+            if p is None:
+                return math.inf
+            total += pinball(t - p, tau)
+        return total / len(samples)
+
+    def refit(self) -> bool:
+        """Train a candidate law on the bank and adopt it if its quantile loss on the judged
+        samples is lower. A sparse bank gets as many steps as a full one. Returns whether the
+        candidate was adopted."""
+        self.dirty = False
+        c = self.cfg
+        train, held, judged = self.split_bank()
+        if not held:
+            ctxs = [ctx for v in self.bank.values() for ctx, _ in v]
+            if not ctxs or max(ctxs) <= min(ctxs) * c.refit_min_span:
+                return False
+        if len(train) <= c.samples_before_law or not judged:
+            return False
+        per_band = c.sample_bank_per_band - int(c.sample_bank_per_band * c.refit_holdout_fraction)
+        passes = max(c.refit_epochs,
+                     math.ceil(c.refit_epochs * per_band * len(self.bank) / len(train)))
+        cand = ContextLaw(c, banked=False)
+        unit = c.context_basis_unit
+        phis = [context_basis(ctx, unit) for ctx, _ in train]
+        cand.train(train, phis, passes)
+        if cand.score(judged) < self.score(judged):
+            self.z, self.n, self.w = cand.z, cand.n, cand.w
+            self.scale, self.floor = cand.scale, cand.floor
+            return True
+        return False
+
+    def train(self, samples: list[tuple[int, float]], phis: list[Basis], passes: int) -> None:
+        """``passes`` sweeps of :meth:`observe` over ``samples`` (a fresh law: the first ones
+        set its scale), written with local variables because the refit runs thousands of
+        steps."""
+        c = self.cfg
+        k0 = 0
+        while self.scale is None and k0 < len(samples):
+            self.observe(samples[k0][0], samples[k0][1], phis[k0])
+            k0 += 1
+        if self.scale is None:
+            return
+        tau, cap, rate = c.quantile_tau, c.squared_gradient_cap, c.ftrl_rate
+        beta, l1, l2 = c.ftrl_stabiliser, c.l1, c.l2
+        z, n, w = self.z, self.n, self.w
+        scale = self.scale
+        floor = self.floor
+        sqrt = math.sqrt
+        steps = 0
+        for sweep in range(passes):
+            for idx in range(k0 if sweep == 0 else 0, len(samples)):
+                y = samples[idx][1] / scale
+                phi = phis[idx]
+                pred = w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
+                pull = (1.0 - tau) if y < pred else -tau
+                for i in range(5):
+                    g = pull * phi[i]
+                    if g == 0.0:
+                        continue
+                    n_old = n[i]
+                    n_new = n_old + g * g
+                    if n_new > cap:
+                        n_new = cap
+                    zi = z[i] + (g - (sqrt(n_new) - sqrt(n_old)) / rate * w[i])
+                    z[i] = zi
+                    n[i] = n_new
+                    if -l1 <= zi <= l1:
+                        w[i] = 0.0
+                    else:
+                        v = -(zi - (l1 if zi > 0 else -l1)) / ((beta + sqrt(n_new)) / rate + l2)
+                        w[i] = v if i == 0 or v > 0.0 else 0.0
+                if y < floor:
+                    floor = y
+                steps += 1
+        self.floor = floor
+        self.seen += steps
+
+    # -- the store ----------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        return {"z": self.z, "n": self.n, "seen": self.seen, "scale": self.scale,
+                "warm": [list(x) for x in self.warm],
+                "bank": {str(b): [list(x) for x in v] for b, v in self.bank.items()},
+                "floor": None if math.isinf(self.floor) else self.floor,
+                "lo_ctx": None if math.isinf(self.lo_ctx) else self.lo_ctx,
+                "hi_ctx": self.hi_ctx, "dirty": self.dirty}
+
+    @classmethod
+    def from_state(cls, cfg: CostModelConfig, s: dict[str, Any]) -> ContextLaw:
+        law = cls(cfg)
+        law.z = [float(x) for x in s["z"]]
+        law.n = [float(x) for x in s["n"]]
+        law.seen = int(s["seen"])
+        law.scale = None if s["scale"] is None else float(s["scale"])
+        law.warm = [(int(a), float(b)) for a, b in s["warm"]]
+        law.bank = {int(b): [(int(x), float(y)) for x, y in v] for b, v in s["bank"].items()}
+        law.floor = math.inf if s["floor"] is None else float(s["floor"])
+        law.lo_ctx = math.inf if s["lo_ctx"] is None else float(s["lo_ctx"])
+        law.hi_ctx = float(s["hi_ctx"])
+        law.dirty = bool(s["dirty"])
+        law._refresh_weights()
+        return law
+
+
+class Level:
+    """The level of Eq. (5): the minimum, over the last ``level_window`` verifies, of the
+    measured time over the law's value, clamped; 1 until there is a ratio.
+
+    ``level_against: current_law`` (our reading) evaluates every verify of the window against
+    the law as it is now, so the measurements that fitted the law count too and one slow verify
+    cannot set the level alone; ``at_sample`` (imparo) keeps each ratio as it was taken, before
+    the sample trained the law."""
+
+    __slots__ = ("cfg", "ratios", "value", "window")
+
+    def __init__(self, cfg: CostModelConfig) -> None:
+        self.cfg = cfg
+        self.window: deque[tuple[float, Basis]] = deque(maxlen=cfg.level_window)
+        self.ratios: deque[float] = deque(maxlen=cfg.level_window)
+        self.value = 1.0
+
+    def observe(self, t: float, phi: Basis, law: ContextLaw) -> None:
+        """Call with the law *before* the sample trains it, then :meth:`refresh` after."""
+        if self.cfg.level_against == "at_sample":
+            p = law.predict(phi)
+            if p is not None and p > 0.0:
+                self.ratios.append(t / p)
+        self.window.append((t, phi))
+
+    def refresh(self, law: ContextLaw) -> None:
+        if self.cfg.level_against == "at_sample":
+            self.value = window_level(self.ratios, self.cfg.level_clamp)
+            return
+        if not law.ready:
+            self.value = 1.0
+            return
+        ratios = []
+        for t, phi in self.window:
+            p = law.predict(phi)
+            if p is not None and p > 0.0:
+                ratios.append(t / p)
+        self.value = window_level(ratios, self.cfg.level_clamp)
+
+    def lowest(self) -> float:
+        return min(t for t, _ in self.window)
+
+    def to_state(self) -> dict[str, Any]:
+        return {"window": [[t, list(phi)] for t, phi in self.window],
+                "ratios": list(self.ratios), "value": self.value}
+
+    def load_state(self, s: dict[str, Any]) -> None:
+        self.window.clear()
+        self.window.extend((float(t), tuple(float(x) for x in phi))  # type: ignore[misc]
+                           for t, phi in s["window"])
+        self.ratios.clear()
+        self.ratios.extend(float(x) for x in s["ratios"])
+        self.value = float(s["value"])
+
+
+class CostClass:
+    """One class of the width table: widths ``lo..hi``, priced at ``hi`` (the only width in it
+    the chooser is offered). Also used for width 1 (plain decode) in the width-1 extension."""
+
+    __slots__ = ("cfg", "clock_at", "hi", "law", "level", "lo", "measured", "short",
+                 "unreachable")
+
+    def __init__(self, cfg: CostModelConfig, lo: int, hi: int) -> None:
+        self.cfg = cfg
+        self.lo, self.hi = lo, hi
+        self.law = ContextLaw(cfg)
+        self.level = Level(cfg)
+        self.measured = 0
+        self.clock_at = 1.0
+        self.short = 0
+        self.unreachable = False
+
+    @property
+    def priced(self) -> bool:
+        return self.measured >= self.cfg.measurements_before_priced
+
+    def price(self, phi: Basis, clock_now: float) -> float | None:
+        """Eq. (5) at the context of ``phi``; ``None`` until the class has its measurements."""
+        if not self.priced:
+            return None
+        p = self.law.predict(phi)
+        if p is None:
+            base = self.level.lowest()  # its lowest measured time, until the law is fitted
+        else:
+            base = p * self.level.value
+        return base * clock_now / self.clock_at
+
+    def observe(self, context: int, t: float, phi: Basis, clock_now: float) -> None:
+        self.level.observe(t, phi, self.law)
+        self.law.observe(context, t, phi)
+        self.level.refresh(self.law)
+        self.measured += 1
+        self.clock_at = clock_now
+
+    def to_state(self, fast: bool) -> dict[str, Any]:
+        s: dict[str, Any] = {"lo": self.lo, "hi": self.hi, "law": self.law.to_state(),
+                             "measured": self.measured, "short": self.short,
+                             "unreachable": self.unreachable, "clock_at": self.clock_at}
+        level = self.level.to_state()
+        if not fast:  # the window's times are kept (the pre-law price reads them); not levels
+            level["ratios"], level["value"] = [], 1.0
+        s["level"] = level
+        return s
+
+    @classmethod
+    def from_state(cls, cfg: CostModelConfig, s: dict[str, Any]) -> CostClass:
+        k = cls(cfg, int(s["lo"]), int(s["hi"]))
+        k.law = ContextLaw.from_state(cfg, s["law"])
+        k.measured = int(s["measured"])
+        k.short = int(s["short"])
+        k.unreachable = bool(s["unreachable"])
+        k.clock_at = float(s["clock_at"])
+        k.level.load_state(s["level"])
+        if "value" not in s["level"] or not s["level"]["ratios"]:
+            k.level.refresh(k.law)
+        return k
+
+
+class FixedCostClock:
+    """The round's fixed cost D (drafter forward plus tree build): its own context law and
+    level, and the clock that carries every class's price from when it ran to now (Eq. 5's
+    ``D_now / D_k``)."""
+
+    def __init__(self, cfg: CostModelConfig) -> None:
+        self.cfg = cfg
+        self.law = ContextLaw(cfg)
+        self.level = Level(cfg)
+
+    def observe(self, context: int, d: float, phi: Basis) -> None:
+        if not (d > 0.0 and math.isfinite(d)):
+            return
+        self.level.observe(d, phi, self.law)
+        self.law.observe(context, d, phi)
+        self.level.refresh(self.law)
+
+    def reading(self) -> float:
+        """The clock now: D's level against its own law (``clock: residual``), or D's raw
+        recent minimum (``clock: raw``); 1 until there is something to read."""
+        if self.cfg.clock == "raw":
+            return self.level.lowest() if self.level.window else 1.0
+        if not self.law.ready:
+            return 1.0
+        return self.level.value
+
+    def estimate(self, phi: Basis) -> float:
+        """D at the context of ``phi`` (seconds): law times level, else its recent minimum."""
+        p = self.law.predict(phi)
+        if p is not None:
+            return p * self.level.value
+        return self.level.lowest() if self.level.window else 0.0
+
+    def to_state(self, fast: bool) -> dict[str, Any]:
+        level = self.level.to_state()
+        if not fast:
+            level["ratios"], level["value"] = [], 1.0
+        return {"law": self.law.to_state(), "level": level}
+
+    @classmethod
+    def from_state(cls, cfg: CostModelConfig, s: dict[str, Any]) -> FixedCostClock:
+        k = cls(cfg)
+        k.law = ContextLaw.from_state(cfg, s["law"])
+        k.level.load_state(s["level"])
+        if not s["level"]["ratios"]:
+            k.level.refresh(k.law)
+        return k

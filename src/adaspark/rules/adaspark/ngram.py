@@ -1,0 +1,230 @@
+"""N-gram candidates (§3.3): an index over the request's own text, prompt and reply.
+
+A lookup proposes the token that followed an earlier occurrence of the current context, reading on
+along the earlier passage (a *copy*), or else the most frequent follower of the last
+``follower_context`` (3) tokens. Each proposal carries its evidence: the length of the copy it
+continues, or its follower count. The index also measures its own top-1 precision on the committed
+text, per evidence class, scoring each committed token before indexing it; that precision is the
+n-gram source's ``p_src`` in Eq. (6).
+
+Chains (Algorithm 1, line 4) start at the anchor and at each of the drafter's picks. A chain step
+equal to a candidate the drafter already proposed at that parent marks it *agreed* (every other
+drafter candidate there is *contradicted*); otherwise it adds an n-gram node. A chain stops at the
+depth limit below the anchor, when nothing is proposed, or when it reaches a pick (the pick's own
+chain continues from it). The index is per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adaspark.rules.adaspark.candidate_tree import NGRAM, PICK, CandidateTree
+from adaspark.rules.adaspark.config import NgramConfig
+
+#: Evidence classes of a proposal (Eq. 6's bucket evidence; the precision is kept per class).
+EVIDENCE_NAMES = ("n1", "n2+", "copy", "copy-long")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One chain step: the token, its follower count (0 for a copy), the copy's match length (0
+    for a follower), and for a copy the position in the committed text it was read from."""
+
+    token: int
+    count: int
+    matched: int
+    copied_from: int
+
+
+def evidence_class(count: int, matched: int, long_match: int, count_edge: int) -> int:
+    """0: follower seen once, 1: follower seen ``count_edge`` times or more, 2: a copy,
+    3: a copy of at least ``long_match`` tokens."""
+    if matched > 0:
+        return 3 if matched >= long_match else 2
+    return 1 if count >= count_edge else 0
+
+
+class NgramIndex:
+    """The request's index: 3-token followers and earlier occurrences of 4-token contexts."""
+
+    def __init__(self, cfg: NgramConfig, long_match: int, count_edge: int) -> None:
+        self.cfg = cfg
+        self.long_match = long_match
+        self.count_edge = count_edge
+        self.tail: list[int] = []
+        self.followers: dict[tuple[int, ...], list[list[int]]] = {}
+        self.occurrences: dict[tuple[int, ...], list[int]] = {}
+        self.scored = [[0, 0] for _ in EVIDENCE_NAMES]  # per evidence class: [proposed, right]
+
+    def reset(self) -> None:
+        self.tail = []
+        self.followers = {}
+        self.occurrences = {}
+        self.scored = [[0, 0] for _ in EVIDENCE_NAMES]
+
+    # -- lookups ---------------------------------------------------------------------------------
+
+    def longest(self, ctx: list[int]) -> tuple[int, int] | None:
+        """The longest earlier passage of the committed text that ``ctx`` ends with, at least
+        ``copy_min_match`` and at most ``copy_max_match`` tokens: ``(length, position)`` where
+        ``tail[position]`` followed it. Longest wins, the latest among equals."""
+        k = self.cfg.copy_min_match
+        if len(ctx) < k:
+            return None
+        seen = self.occurrences.get(tuple(ctx[-k:]))
+        if not seen:
+            return None
+        tail = self.tail
+        best: tuple[int, int] | None = None
+        n_ctx = len(ctx)
+        for p in reversed(seen):
+            limit = min(self.cfg.copy_max_match, n_ctx, p)
+            length = 0
+            while length < limit and ctx[n_ctx - 1 - length] == tail[p - 1 - length]:
+                length += 1
+            if length >= k and (best is None or length > best[0]):
+                best = (length, p)
+        return best
+
+    def step(self, ctx: list[int]) -> Proposal | None:
+        """A copy of the request's own text first, else the top follower of the last tokens."""
+        hit = self.longest(ctx)
+        if hit is not None:
+            length, p = hit
+            return Proposal(self.tail[p], 0, length, p)
+        f = self.cfg.follower_context
+        if len(ctx) < f:
+            return None
+        seen = self.followers.get(tuple(ctx[-f:]))
+        if not seen:
+            return None
+        token, count = seen[0]
+        return Proposal(token, count, 0, -1)
+
+    def copy_on(self, prev: Proposal) -> Proposal | None:
+        """The step after a copy step: the next token of the same passage, one token longer."""
+        at = prev.copied_from + 1
+        if prev.matched == 0 or at >= len(self.tail):
+            return None
+        return Proposal(self.tail[at], 0, min(prev.matched + 1, self.cfg.copy_max_match), at)
+
+    def evidence(self, p: Proposal) -> int:
+        return evidence_class(p.count, p.matched, self.long_match, self.count_edge)
+
+    # -- the committed text ----------------------------------------------------------------------
+
+    def extend(self, tokens: list[int], score: bool = True) -> None:
+        """Index newly committed tokens (Algorithm 1, line 18), each scored first: the proposal a
+        lookup would have made for it counts toward its evidence class's precision."""
+        tail = self.tail
+        f, k = self.cfg.follower_context, self.cfg.copy_min_match
+        kept, occ = self.cfg.followers_kept, self.cfg.occurrences_kept
+        for tok in tokens:
+            if score:
+                p = self.step(tail)
+                if p is not None:
+                    s = self.scored[self.evidence(p)]
+                    s[0] += 1
+                    s[1] += int(p.token == tok)
+            at = len(tail)
+            if at >= f:
+                key = tuple(tail[at - f:])
+                seen = self.followers.get(key)
+                if seen is None:
+                    self.followers[key] = [[tok, 1]]
+                else:
+                    for slot in seen:
+                        if slot[0] == tok:
+                            slot[1] += 1
+                            break
+                    else:
+                        if len(seen) < kept:
+                            seen.append([tok, 1])
+                    seen.sort(key=lambda s: (-s[1], s[0]))
+            if at >= k:
+                key = tuple(tail[at - k:])
+                pos = self.occurrences.get(key)
+                if pos is None:
+                    self.occurrences[key] = [at]
+                else:
+                    if len(pos) >= occ:
+                        del pos[0]
+                    pos.append(at)
+            tail.append(tok)
+
+    def precision(self) -> list[float]:
+        """``p_src`` per evidence class: ``(right + a) / (proposed + b)`` (``precision_prior``)."""
+        a, b = self.cfg.precision_prior
+        return [(right + a) / (n + b) for n, right in self.scored]
+
+
+def run_class(run: int, edges: tuple[int, int]) -> int:
+    """The number of n-gram nodes above a node on its path, bucketed: 0 | 1-2 | 3+."""
+    if run < edges[0]:
+        return 0
+    return 1 if run < edges[1] else 2
+
+
+def add_chains(index: NgramIndex, tree: CandidateTree, depth_limit: int, max_added: int,
+               run_edges: tuple[int, int]) -> int:
+    """Algorithm 1, line 4: n-gram chains from the anchor and from each pick, into ``tree``.
+
+    The context of a chain is the committed text (which ends in the anchor), the path from the
+    anchor to the branch point, and the chain's own tokens. After a copy step the chain reads on
+    along the copied passage. Returns the number of n-gram nodes added (at most ``max_added``).
+    """
+    precision = index.precision()
+    drafted = tree.n_drafted
+    base = index.tail[-index.cfg.copy_max_match:]
+    run_at = [0] * drafted
+    added = 0
+    branches = [-1] + [tree.pick(i) for i in range(tree.B)]
+    for branch in branches:
+        if added >= max_added:
+            break
+        path = [] if branch == -1 else [tree.tokens[tree.pick(i)]
+                                         for i in range(branch // tree.K + 1)]
+        depth = len(path)
+        if depth >= depth_limit:
+            continue
+        ctx = base + path
+        node = branch
+        run = 0 if branch == -1 else run_at[branch]
+        last: Proposal | None = None
+        while depth < depth_limit and added < max_added:
+            prop = index.copy_on(last) if last is not None and last.matched else None
+            if prop is None:
+                prop = index.step(ctx)
+            if prop is None:
+                break
+            ev = index.evidence(prop)
+            p = precision[ev]
+            token = prop.token
+            existing = tree.by_edge.get((node, token))
+            for c in tree.drafter_children(node):
+                if c != existing and not tree.agreed[c]:
+                    tree.contra[c] = ev
+                    tree.src_p[c] = p
+                    tree.marked.add(c)
+            node_run = run
+            run += 1
+            depth += 1
+            if existing is not None:
+                if tree.kind[existing] != NGRAM and not tree.agreed[existing]:
+                    tree.agreed[existing] = True
+                    tree.evidence[existing] = ev
+                    tree.run[existing] = node_run
+                    tree.contra[existing] = -1
+                    tree.src_p[existing] = p
+                    tree.marked.add(existing)
+                if existing < drafted:
+                    run_at[existing] = run
+                    if tree.kind[existing] == PICK:
+                        break  # the pick's own chain continues from it
+                node = existing
+            else:
+                node = tree.add_ngram(token, node, depth - 1, ev, node_run, p)
+                added += 1
+            ctx.append(token)
+            last = prop
+    return added

@@ -1,0 +1,620 @@
+"""The AdaSpark width rule: Algorithm 1, lines 4-18, over the scheduler's modules.
+
+Per round (``wants_block`` / ``plan`` / ``observe`` of :class:`~adaspark.rules.base.WidthRule`):
+
+4. n-gram chains from the anchor and each pick join the drafter's candidates (``ngram``);
+5. every candidate gets q: Eq. (6) (``acceptance``), or the head-based estimate while the guard
+   prefers it;
+6. best-first order by Q with S(n) for every n in one pass (Prop. 1, ``adaspark.decoding.tree``);
+7-10. a learned width with fewer than 3 measurements is measured (cold start), else the width
+   maximising Eq. (7) over the offered widths (``chooser``, prices from ``cost_model``), kept at
+   the incumbent unless beaten by the margin; then the split test;
+11-12. the first n*-1 nodes laid out depth-first; every 16th tree round with n-gram candidates
+   the last row goes to the least-labelled n-gram bucket's frontier node;
+15-18. after the verify: the cost model (not in a request's first round), rho, the gains, the
+   acceptance model (guard first, then every candidate of every accepted parent), the request's
+   offset and intercept, and the n-gram index.
+
+Arms differ only in switches (``conf/arm/*.yaml``, the ``rule:`` mapping): ``width`` is
+``learned`` (the learned table), ``classes`` (declared classes every 8 rows, Table 9) or a pinned
+row count; ``acceptance`` is ``fitted`` (Eq. 6 under the guard) or ``head`` (the head-based
+estimate only); ``ngram`` turns the n-gram candidates on; ``offer_width1`` is the width-1
+extension (plain decode offered to the chooser, decided before the drafter is called).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.tree import best_first_order, chain_tree, prefix_tree
+from adaspark.rules.adaspark import acceptance as acc
+from adaspark.rules.adaspark.candidate_tree import NGRAM, CandidateTree
+from adaspark.rules.adaspark.chooser import (
+    DraftForecast,
+    GainLearner,
+    Gains,
+    LongRunRate,
+    Valuer,
+    choose,
+    could_beat,
+    reference_width,
+)
+from adaspark.rules.adaspark.config import SchedulerConfig, load_config
+from adaspark.rules.adaspark.ngram import NgramIndex, add_chains
+from adaspark.rules.adaspark.records import RequestSummary, RoundLogWriter, RoundRecord
+from adaspark.rules.adaspark.store import load_store, save_store
+from adaspark.rules.adaspark.width_table import WidthTable, envelope
+from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule
+
+
+@dataclass
+class RoundContext:
+    """What ``plan`` decided and what ``observe`` needs to learn from the outcome."""
+
+    context: int
+    drafted: bool
+    why: str
+    width: int
+    explored: bool = False
+    cands: CandidateTree | None = None
+    order: list[int] = field(default_factory=list)
+    rank: np.ndarray | None = None
+    s: np.ndarray | None = None
+    s_ng: np.ndarray | None = None
+    head_raw: np.ndarray | None = None
+    q_head: np.ndarray | None = None
+    q_model: np.ndarray | None = None
+    terms: acc.RoundTerms | None = None
+    priced_fitted: bool = False
+    offered: list[tuple[int, float]] = field(default_factory=list)
+    n0: int = 0
+    first: int = 0
+    gains: Gains | None = None
+    rho: float | None = None
+    predicted_verify: float | None = None
+    predicted_fixed: float | None = None
+    s_chosen: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    q: np.ndarray | None = None          # the q that priced the tree (head or fitted)
+    width_chosen: int = 0                # Eq. (7)'s pick (the tree may hold fewer rows)
+    incumbent_before: int = 0            # the incumbent Eq. (7) compared against
+
+
+@dataclass
+class AdaSparkPlan(RoundPlan):
+    """A :class:`RoundPlan` that carries the round's context to ``observe``."""
+
+    round: RoundContext | None = None
+
+
+def _request_id(n: int, prompt: list[int]) -> str:
+    h = hashlib.blake2b(np.asarray(prompt, dtype=np.int64).tobytes(), digest_size=4).hexdigest()
+    return f"{n:05d}-{h}"
+
+
+class AdaSparkRule(WidthRule):
+    """The AdaSpark scheduler (§3) as a width rule.
+
+    Keyword arguments (an arm's ``rule:`` mapping): ``width`` (``learned`` | ``classes`` | a
+    pinned row count), ``acceptance`` (``fitted`` | ``head``), ``ngram`` (bool), ``offer_width1``
+    (bool), ``rate_rule`` (``long_run`` | ``ratio``: the per-round ratio always, for the §3.4
+    comparison), ``head_offset`` (bool), ``scheduler`` (the ``conf/scheduler`` file name, or a
+    composed mapping), ``constants`` (overrides of it), ``store`` (JSON path: load at start, save
+    after each request), ``log_dir`` (per-round Parquet directory; ``None`` is off).
+    """
+
+    name = "adaspark"
+    uses_drafter = True
+    needs_scheduler = True
+
+    def __init__(self, width: str | int = "learned", acceptance: str = "fitted",
+                 ngram: bool = True, offer_width1: bool = False, rate_rule: str = "long_run",
+                 head_offset: bool = True, scheduler: str | dict[str, Any] = "adaspark",
+                 constants: dict[str, Any] | None = None, store: str | None = None,
+                 log_dir: str | None = None, config: SchedulerConfig | None = None) -> None:
+        if isinstance(width, str) and width not in ("learned", "classes"):
+            if not width.isdigit():
+                raise ValueError(f"width must be 'learned', 'classes' or a row count: {width!r}")
+            width = int(width)
+        if isinstance(width, int) and width < 2:
+            raise ValueError(f"a pinned width needs at least 2 rows, got {width}")
+        if acceptance not in ("fitted", "head"):
+            raise ValueError(f"acceptance must be 'fitted' or 'head', not {acceptance!r}")
+        if rate_rule not in ("long_run", "ratio"):
+            raise ValueError(f"rate_rule must be 'long_run' or 'ratio', not {rate_rule!r}")
+        if offer_width1 and isinstance(width, int):
+            raise ValueError("offer_width1 needs a chooser: it cannot go with a pinned width")
+        self.cfg = config if config is not None else load_config(scheduler, constants)
+        self.width_mode = width
+        self.pinned = width if isinstance(width, int) else None
+        self.ngram_on = bool(ngram)
+        self.offer_width1 = bool(offer_width1)
+        self.rate_rule = rate_rule
+        self.head_offset_on = bool(head_offset)
+        self.store_path = Path(store) if store else None
+        self.agreed_counts = self.cfg.width_choice.agreed_counts_as == "ngram"
+        # read now, applied once the widest verify is known (the first round)
+        self._stored = load_store(self.store_path) if self.store_path is not None else None
+        c = self.cfg
+        self.table: WidthTable | None = None
+        self.rate = LongRunRate(c.width_choice)
+        self.gains = GainLearner(c.width_choice)
+        self.forecast = DraftForecast(c.width_choice)
+        self.model = acc.AcceptanceModel(c.acceptance_model) if acceptance == "fitted" else None
+        self.head = acc.HeadEstimate(c.acceptance_model)
+        a = c.acceptance_model
+        self.index = NgramIndex(c.ngram_fill, a.copy_long_match, a.follower_count_edge)
+        self.incumbent = 0
+        self.w1_incumbent = False
+        self.exploration_clock = 0
+        self.max_rows: int | None = None
+        self.n_requests = 0
+        self.summary = RequestSummary("")
+        self.log = RoundLogWriter(log_dir) if log_dir else None
+        self._first_round = True
+        self._width1_now = False
+        self._why1 = "width1"
+        #: Host time per phase (seconds), accumulated when set to a dict (the benchmark).
+        self.profile: dict[str, float] | None = None
+        self._t = 0.0
+
+    def _tick(self, phase: str | None) -> None:
+        """Charge the time since the last tick to ``phase`` (``None``: start the clock)."""
+        prof = self.profile
+        if prof is None:
+            return
+        t = time.perf_counter()
+        if phase is not None:
+            prof[phase] = prof.get(phase, 0.0) + t - self._t
+        self._t = t
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def _ensure(self, max_rows: int) -> None:
+        if self.max_rows is not None:
+            return
+        self.max_rows = max_rows
+        if self.pinned is None:
+            self.table = WidthTable(self.cfg.cost_model, max_rows,
+                                    mode=str(self.width_mode), width1=self.offer_width1)
+        if self._stored is not None:
+            self.load_state(self._stored)
+            self._stored = None
+
+    def begin_request(self, prompt: list[int], request_id: str | None = None) -> None:
+        self.n_requests += 1
+        self.summary = RequestSummary(request_id or _request_id(self.n_requests, prompt))
+        self.index.reset()
+        if self.ngram_on:
+            self.index.extend(list(prompt), score=self.cfg.ngram_fill.precision_scores_prompt)
+        if self.model is not None:
+            self.model.begin_request()
+        self.head.begin_request()
+        self._first_round = True
+
+    def end_request(self) -> dict[str, Any]:
+        if self.table is not None:
+            self.summary.refits_adopted = self.table.refit()
+            self.summary.widths_learned = self.table.widths()
+        if self.store_path is not None and self.max_rows is not None:
+            save_store(self.store_path, self.state())
+        if self.log is not None:
+            self.log.flush(self.summary.request_id)
+        return self.summary.finish()
+
+    # -- Algorithm 1 -----------------------------------------------------------------------------
+
+    def wants_block(self, state: RoundState) -> bool:
+        """The width-1 extension decides here, before the drafter is called: plain decode (no
+        drafter call, D = 0, priced by plain decode's own law) against a drafted round's
+        forecast value, with the chooser's hysteresis."""
+        self._ensure(state.max_rows)
+        self._width1_now = False
+        table = self.table
+        if not self.offer_width1 or table is None:
+            return True
+        if table.measurement_width(drafted=False) == 1:
+            self._width1_now, self._why1 = True, "width1-cold-start"
+            return False
+        c = state.context
+        t1 = table.plain_price(table.basis(c))
+        est = self.forecast.estimate(c)
+        if t1 is None or est is None or table.measurement_width() is not None:
+            self.w1_incumbent = False
+            return True
+        rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
+        a_tokens, c_time = est
+        cw = self.cfg.width_choice
+
+        def value(tokens: float, seconds: float) -> float:
+            return tokens / seconds if rho is None else tokens - rho * seconds
+
+        v1, vd = value(1.0, t1), value(a_tokens, c_time)
+        if self.w1_incumbent:
+            inc_v, inc_tokens, alt_v = v1, 1.0, vd
+        else:
+            inc_v, inc_tokens, alt_v = vd, a_tokens, v1
+        if rho is None:
+            switch = alt_v > inc_v * (1.0 + cw.ratio_margin)
+        else:
+            switch = alt_v > inc_v + cw.hysteresis_margin * inc_tokens
+        if switch:
+            self.w1_incumbent = not self.w1_incumbent
+        self._width1_now, self._why1 = self.w1_incumbent, "width1"
+        return not self.w1_incumbent
+
+    def plan(self, state: RoundState, block: Block | None) -> RoundPlan:
+        self._ensure(state.max_rows)
+        c = state.context
+        if block is None:
+            why = self._why1 if self._width1_now else "width1"
+            rc = RoundContext(context=c, drafted=False, why=why, width=1)
+            if self.table is not None:
+                phi = self.table.basis(c)
+                rc.predicted_verify = self.table.plain_price(phi)
+            return AdaSparkPlan(chain_tree(state.anchor, []), None, [], why=why,
+                                info={"width": 1}, round=rc)
+        cfg = self.cfg
+        a = cfg.acceptance_model
+        self._tick(None)
+        cands = CandidateTree.from_block(block, a.logit_eps, a.log_r_floor)
+        self._tick("order")
+        if self.ngram_on:
+            add_chains(self.index, cands, cfg.ngram_fill.chain_depth_limit, state.max_rows - 1,
+                       a.run_edges)
+        self._tick("ngram")
+        rc = RoundContext(context=c, drafted=True, why="choice", width=0, cands=cands)
+        parent = np.asarray(cands.parent, dtype=np.int64)
+        head_raw = np.asarray(cands.head_q, dtype=np.float64)
+        q_head = self.head.apply(head_raw) if self.head_offset_on else head_raw
+        rc.head_raw, rc.q_head = head_raw, q_head
+        q = q_head
+        if self.model is not None:
+            terms = acc.RoundTerms(cands, c, a, float(cfg.cost_model.context_basis_unit))
+            rc.terms = terms
+            rc.q_model = self.model.probabilities(cands, terms, parent)
+            if self.model.prices():
+                q, rc.priced_fitted = rc.q_model, True
+        rc.q = q
+        is_ng = self._counts_as_ngram(cands)
+        order_arr, S, s_ng = self._order(cands, q, is_ng)
+        n = len(cands)
+        rank = np.empty(n, dtype=np.int64)
+        rank[order_arr] = np.arange(n)
+        rc.s, rc.s_ng, rc.rank = S, s_ng, rank
+        order = order_arr.tolist()
+        self._tick("order")
+        width = self._choose_width(state, rc)
+        keep = min(width - 1, n)
+        has_ngram = self.ngram_on and len(cands) > cands.n_drafted
+        if cfg.ngram_fill.exploration_counts == "all_tree_rounds" or has_ngram:
+            self.exploration_clock += 1
+        if (has_ngram and self.model is not None and keep > 0
+                and self.exploration_clock % cfg.ngram_fill.exploration_period == 0):
+            rc.explored = self._explore(order, keep, cands, q)
+        tree, rows = prefix_tree(state.anchor, cands.tokens, cands.parent, order, keep + 1,
+                                 max_rows=state.max_rows)
+        if rc.why == "cold-start" and self.table is not None and tree.n_rows < width:
+            self.table.short_measurement(width, tree.n_rows)
+        placed = order[:keep]
+        Qp = S[rank[placed] + 1] - S[rank[placed]] if placed else np.zeros(0)
+        s_all = float(Qp.sum())
+        s_ngram = float((Qp * is_ng[placed]).sum()) if placed else 0.0
+        rc.s_chosen = (s_all, s_all - s_ngram, s_ngram)
+        rc.order = order
+        rc.width = tree.n_rows
+        self._tick("layout")
+        return AdaSparkPlan(tree, None, rows, why=rc.why,
+                            info={"width": tree.n_rows, "S": s_all}, round=rc)
+
+    def _counts_as_ngram(self, cands: CandidateTree) -> np.ndarray:
+        """The candidates Eq. (7) prices with the n-gram gain: n-gram-only, and agreed ones when
+        ``agreed_counts_as`` says so."""
+        is_ng = np.asarray(cands.kind) == NGRAM
+        if self.agreed_counts:
+            is_ng |= np.asarray(cands.agreed, dtype=bool)
+        return is_ng
+
+    @staticmethod
+    def _order(cands: CandidateTree, q: np.ndarray,
+               is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
+        ``is_ng`` marks) under ``q``."""
+        order, S = best_first_order(cands.parent, q)
+        s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * is_ng[order])))
+        return order, S, s_ng
+
+    def _width_without_ngram(self, rc: RoundContext) -> int | None:
+        """Table 7: the width Eq. (7) would take with the round's n-gram-only candidates priced
+        at zero (``q = 0``: they, and everything below them, expect nothing), from the same
+        prices, gains, rho and incumbent. ``None`` when Eq. (7) did not choose this round's
+        width or the round has no n-gram-only candidate. Computed when the round is logged,
+        after the verify, so it never adds to the round's measured D."""
+        cands = rc.cands
+        if (rc.why != "choice" or cands is None or rc.q is None or rc.gains is None
+                or rc.predicted_fixed is None or not rc.offered):
+            return None
+        ng_only = np.asarray(cands.kind) == NGRAM
+        if not ng_only.any():
+            return None
+        _, S0, s_ng0 = self._order(cands, np.where(ng_only, 0.0, rc.q),
+                                   self._counts_as_ngram(cands))
+        valuer = Valuer(S0, s_ng0, rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
+        return choose(valuer, rc.offered, rc.incumbent_before, self.cfg.width_choice).width
+
+    def _choose_width(self, state: RoundState, rc: RoundContext) -> int:
+        """Lines 7-10: pinned, cold start, or Eq. (7) with the hysteresis and the split test."""
+        if self.pinned is not None:
+            rc.why = "pinned"
+            return min(self.pinned, state.max_rows)
+        table = self.table
+        assert table is not None and rc.s is not None and rc.s_ng is not None
+        cw = self.cfg.width_choice
+        c = rc.context
+        phi = table.basis(c)
+        u = c / self.cfg.cost_model.context_basis_unit
+        prices = table.class_prices(phi)
+        offered = envelope(prices)
+        rc.offered = offered
+        tops = [w for w, _ in offered] or table.widths()
+        rc.n0 = reference_width(tops, cw.gain_reference_width)
+        rc.first = tops[0]
+        rc.predicted_fixed = table.fixed_cost(phi)
+        meas = table.measurement_width()
+        if meas is not None:
+            self._tick("pricing")
+            rc.why = "cold-start"
+            rc.predicted_verify = dict(prices).get(meas)
+            return meas
+        rc.gains = self.gains.at(u)
+        rc.rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
+        self._tick("pricing")
+        valuer = Valuer(rc.s, rc.s_ng, rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
+        incumbent = self.incumbent or max(w for w, _ in offered)
+        pick = choose(valuer, offered, incumbent, cw)
+        rc.width_chosen, rc.incumbent_before = pick.width, incumbent
+        self.incumbent = pick.width
+        rc.predicted_verify = dict(offered)[pick.width]
+        table.hold(pick.width)
+        held_price = dict(prices)[pick.width]
+        assert held_price is not None
+        table.split(lambda w, p: could_beat(valuer, w, p, pick.width, held_price, cw), prices)
+        self._tick("choice")
+        return pick.width
+
+    def _explore(self, order: list[int], keep: int, cands: CandidateTree,
+                 q: np.ndarray) -> bool:
+        """Line 12: the last row goes to the unplaced n-gram frontier node of the bucket with the
+        fewest labels (ties: the higher Q). The removed node is the last one best-first took,
+        which is a leaf."""
+        assert self.model is not None
+        placed = set(order[: keep - 1])
+        last = order[keep - 1]
+        Q = np.empty(len(cands))
+        for j, p in enumerate(cands.parent):
+            Q[j] = q[j] * (1.0 if p == -1 else Q[p])
+        edges = self.cfg.acceptance_model.run_edges
+        best: tuple[int, float, int] | None = None
+        for j in range(cands.n_drafted, len(cands)):
+            if j in placed or j == last or Q[j] <= 0.0:
+                continue
+            p = cands.parent[j]
+            if p != -1 and p not in placed:
+                continue
+            labels = self.model.bucket_labels(acc.NEW + acc.bucket(cands.evidence[j],
+                                                                   cands.run[j], edges))
+            if best is None or labels < best[0] or (labels == best[0] and Q[j] > best[1]):
+                best = (labels, float(Q[j]), j)
+        if best is None:
+            return False
+        j = best[2]
+        pos = order.index(j)
+        order[keep - 1], order[pos] = order[pos], order[keep - 1]
+        return True
+
+    def observe(self, plan: RoundPlan, outcome: RoundOutcome) -> None:
+        rc = plan.round if isinstance(plan, AdaSparkPlan) else None
+        if rc is None:
+            return
+        self._tick(None)
+        c = rc.context
+        t = outcome.verify_s
+        d = outcome.fixed_s if rc.drafted else 0.0
+        rows = plan.tree.n_rows
+        committed = len(outcome.new_tokens)
+        sm = self.summary
+        sm.rounds += 1
+        sm.committed += committed
+        sm.scheduler_time_s += d + t
+        if rc.why in ("cold-start", "width1-cold-start"):
+            sm.cold_start_rounds += 1
+            sm.cold_start_s += d + t
+        # line 15: the cost model, not in a request's first round
+        table = self.table
+        if table is not None and not self._first_round:
+            phi = table.basis(c)
+            if rc.drafted:
+                table.observe_fixed(c, d, phi)
+            table.observe_verify(rows, c, t, phi)
+        self._first_round = False
+        self._tick("cost-learning")
+        # line 16: rho (and the width-1 forecast)
+        self.rate.observe(c, committed, outcome.fixed_s + t)
+        record = self._record(plan, rc, outcome) if self.log is not None else None
+        if not rc.drafted:
+            sm.width1_rounds += 1
+            if self.ngram_on:
+                self.index.extend(list(outcome.new_tokens))
+            if record is not None:
+                self.log.add(record)  # type: ignore[union-attr]
+            return
+        self.forecast.observe(c, committed, d + t)
+        sm.tree_rounds += 1
+        sm.rounds_priced_fitted += int(rc.priced_fitted)
+        cands = rc.cands
+        assert cands is not None and rc.rank is not None
+        path_c = [plan.cand_of_row[r - 1] for r in outcome.path[1:]]
+        by_src = {"drafter": 0, "agreed": 0, "ngram": 0}
+        for j in plan.cand_of_row:
+            by_src[cands.source(j)] += 1
+        sm.rows_drafter += by_src["drafter"]
+        sm.rows_agreed += by_src["agreed"]
+        sm.rows_ngram += by_src["ngram"]
+        for j in path_c:
+            src = cands.source(j)
+            if src == "drafter":
+                sm.accepted_drafter += 1
+            elif src == "agreed":
+                sm.accepted_agreed += 1
+            else:
+                sm.accepted_ngram += 1
+        # gains: from what narrower prefixes of this tree would have accepted
+        if (table is not None and self.pinned is None and not rc.explored
+                and rc.s is not None and rc.s_ng is not None):
+            u = c / self.cfg.cost_model.context_basis_unit
+            ranks = [int(rc.rank[j]) for j in path_c]
+            ng = [cands.is_ngram_source(j, self.agreed_counts) for j in path_c]
+            self.gains.observe(u, rc.s, rc.s_ng, rows, rc.n0, rc.first, ranks, ng)
+        self._tick("rate-gains")
+        # line 17: guard, then learn from every candidate of every accepted parent
+        losses = self._learn_acceptance(rc, path_c, outcome)
+        self._tick("acceptance-learning")
+        if record is not None:
+            record.n_labelled, record.logloss_fitted, record.logloss_head = losses
+            self.log.add(record)  # type: ignore[union-attr]
+        # line 18
+        if self.ngram_on:
+            self.index.extend(list(outcome.new_tokens))
+        self._tick("ngram")
+
+    def _learn_acceptance(self, rc: RoundContext, path_c: list[int],
+                          outcome: RoundOutcome) -> tuple[int, float | None, float | None]:
+        cands = rc.cands
+        assert cands is not None and rc.q_head is not None and rc.head_raw is not None
+        parents = [-1, *path_c]
+        picks = [cands.tokens[j] for j in path_c] + [int(outcome.new_tokens[-1])]
+        groups = cands.children_of(set(parents))
+        model = self.model
+        sm = self.summary
+        q_head = rc.q_head.tolist()
+        head_raw = rc.head_raw.tolist()
+        q_model = rc.q_model.tolist() if rc.q_model is not None else None
+        coef_of = rc.terms.coef_of() if rc.terms is not None else {}
+        u = rc.terms.u if rc.terms is not None else 0.0
+        lh = cands.lh.tolist()
+        ls = cands.ls.tolist()
+        logr = cands.logr.tolist()
+        n_lab, loss_m, loss_h = 0, 0.0, 0.0
+        offset_all = self.cfg.acceptance_model.offset_labels == "all_candidates"
+        placed = set(rc.order[: max(rc.width - 1, 0)])
+        for parent, pick in zip(parents, picks, strict=True):
+            group = groups.get(parent) or []
+            if not group:
+                continue
+            label = next((j for j in group if cands.tokens[j] == pick), None)
+            lm = lh_ = 0.0
+            for j in group:
+                y = j == label
+                lh_ += acc.node_loss(q_head[j], y)
+                if q_model is not None:
+                    lm += acc.node_loss(q_model[j], y)
+            n_lab += len(group)
+            loss_h += lh_
+            loss_m += lm
+            if model is not None and q_model is not None:
+                model.score_guard(lm, lh_)
+                model.learn_group(cands, group, label, [q_model[j] for j in group], coef_of,
+                                  u, lh, ls, logr)
+            if self.head_offset_on:
+                for j in group:
+                    if offset_all or j in placed:
+                        self.head.observe(head_raw[j], j == label)
+        sm.labelled_nodes += n_lab
+        sm._loss_head += loss_h
+        if q_model is not None:
+            sm._loss_fitted += loss_m
+            sm._nodes_fitted += n_lab
+        if not n_lab:
+            return 0, None, None
+        return n_lab, (loss_m / n_lab if q_model is not None else None), loss_h / n_lab
+
+    # -- records ---------------------------------------------------------------------------------
+
+    def _record(self, plan: RoundPlan, rc: RoundContext, outcome: RoundOutcome) -> RoundRecord:
+        g = rc.gains or Gains()
+        cands = rc.cands
+        without_ngram = self._width_without_ngram(rc)
+        rows_src = {"drafter": 0, "agreed": 0, "ngram": 0}
+        acc_src = {"drafter": 0, "agreed": 0, "ngram": 0}
+        if cands is not None:
+            for r in range(1, plan.tree.n_rows):
+                rows_src[cands.source(plan.cand_of_row[r - 1])] += 1
+            for r in outcome.path[1:]:
+                acc_src[cands.source(plan.cand_of_row[r - 1])] += 1
+        return RoundRecord(
+            request_id=self.summary.request_id, round_index=self.summary.rounds - 1,
+            context=rc.context, width=plan.tree.n_rows, why=rc.why, explored=rc.explored,
+            offered_widths=[w for w, _ in rc.offered],
+            offered_prices_s=[p for _, p in rc.offered], reference_width=rc.n0,
+            n_candidates=len(cands) if cands is not None else 0,
+            n_ngram_candidates=(sum(1 for k in cands.kind if k == NGRAM)
+                                if cands is not None else 0),
+            s=rc.s_chosen[0], s_d=rc.s_chosen[1], s_ng=rc.s_chosen[2],
+            g_d=g.d, g_n=g.n, g_d_below=g.d_below, g_n_below=g.n_below, rho=rc.rho,
+            predicted_verify_s=rc.predicted_verify, measured_verify_s=outcome.verify_s,
+            predicted_fixed_s=rc.predicted_fixed if rc.drafted else 0.0,
+            fixed_s=outcome.fixed_s if rc.drafted else 0.0,
+            draft_s=outcome.draft_s if rc.drafted else 0.0,
+            tree_build_s=max(outcome.fixed_s - outcome.draft_s, 0.0) if rc.drafted else 0.0,
+            commit_s=outcome.commit_s,
+            committed=len(outcome.new_tokens), accepted_path=list(outcome.path),
+            rows_drafter=rows_src["drafter"], rows_agreed=rows_src["agreed"],
+            rows_ngram=rows_src["ngram"], accepted_drafter=acc_src["drafter"],
+            accepted_agreed=acc_src["agreed"], accepted_ngram=acc_src["ngram"],
+            n_labelled=0, logloss_fitted=None, logloss_head=None,
+            guard="fitted" if rc.priced_fitted else "head",
+            width_without_ngram=without_ngram,
+            ngram_widened=None if without_ngram is None else without_ngram < rc.width_chosen)
+
+    # -- the store -------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything that outlives a request (the per-request offset, intercept and n-gram
+        index do not)."""
+        fast = self.cfg.store.persist_fast_state
+        s: dict[str, Any] = {
+            "max_rows": self.max_rows, "width": self.width_mode,
+            "table": None if self.table is None else self.table.to_state(fast),
+            "rate": self.rate.to_state(), "gains": self.gains.to_state(),
+            "forecast": self.forecast.to_state(),
+            "model": None if self.model is None else self.model.to_state(),
+        }
+        if fast:
+            s["chooser"] = {"incumbent": self.incumbent, "w1_incumbent": self.w1_incumbent,
+                            "exploration_clock": self.exploration_clock}
+        return s
+
+    def load_state(self, s: dict[str, Any]) -> None:
+        if s["max_rows"] != self.max_rows or s["width"] != self.width_mode:
+            raise ValueError(
+                f"the store was written for width {s['width']!r} with {s['max_rows']} rows at "
+                f"most; this arm has width {self.width_mode!r} and {self.max_rows} rows "
+                "(exact and fast modes, and arms, need their own store files)")
+        if self.table is not None and s["table"] is not None:
+            self.table.load_state(s["table"])
+        self.rate.load_state(s["rate"])
+        self.gains.load_state(s["gains"])
+        self.forecast.load_state(s["forecast"])
+        if self.model is not None and s.get("model") is not None:
+            self.model.load_state(s["model"])
+        ch = s.get("chooser")
+        if ch is not None:
+            self.incumbent = int(ch["incumbent"])
+            self.w1_incumbent = bool(ch["w1_incumbent"])
+            self.exploration_clock = int(ch["exploration_clock"])

@@ -1,0 +1,114 @@
+"""The width-rule interface (Algorithm 1, lines 5-12) and the registry of rules by config name.
+
+A rule sees the round's state and the drafter's block and returns the verify tree (a
+:class:`RoundPlan`); after the verify it is told the outcome. The speculative loop
+(:mod:`adaspark.decoding.loop`) runs any registered rule. Rules are looked up by their config
+name (``arm.width_rule``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from adaspark.decoding.candidates import CandidateSet
+from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.tree import Tree
+from adaspark.registry import Registry
+
+
+@dataclass
+class RoundState:
+    """What a rule may read before the verify. ``committed[-1]`` is the anchor."""
+
+    committed: list[int]
+    round_index: int
+    max_rows: int
+    block_positions: int
+
+    @property
+    def context(self) -> int:
+        return len(self.committed)
+
+    @property
+    def anchor(self) -> int:
+        return self.committed[-1]
+
+
+@dataclass
+class RoundPlan:
+    """The verify a rule asks for. ``cand_of_row[r-1]`` is the candidate held by row r."""
+
+    tree: Tree
+    candidates: CandidateSet | None = None
+    cand_of_row: list[int] = field(default_factory=list)
+    why: str = "choice"
+    info: dict[str, Any] = field(default_factory=dict)
+    state: Any = None  # the rule's own per-round state, handed back in observe()
+
+
+@dataclass
+class RoundOutcome:
+    """What the verify did: the accepted rows (from the anchor), the committed tokens, the
+    measured verify time and the round's fixed cost D (drafter forward plus tree build).
+
+    ``draft_s`` is the drafter's part of D (the rest is the tree build: the rule's ``plan``);
+    ``commit_s`` is the target's commit after the verify (Figure 7's anatomy of a round)."""
+
+    path: list[int]
+    new_tokens: list[int]
+    verify_s: float
+    fixed_s: float
+    draft_s: float = 0.0
+    commit_s: float = 0.0
+
+
+class WidthRule(ABC):
+    """Contract: ``begin_request`` once per reply, then per round ``wants_block`` (may this
+    round call the drafter?), ``plan`` and ``observe``; ``end_request`` after the reply."""
+
+    #: The rule's config name, as in :data:`WIDTH_RULES`.
+    name: str = "rule"
+    #: Whether the rule's rounds call the drafter (a rule without one verifies one row).
+    uses_drafter: bool = True
+    #: Whether the rule takes the composed ``scheduler`` group (Table 14's constants) as its
+    #: ``scheduler`` keyword.
+    needs_scheduler: bool = False
+
+    def begin_request(self, prompt: list[int], request_id: str | None = None) -> None:  # noqa: B027
+        pass
+
+    def wants_block(self, state: RoundState) -> bool:
+        return self.uses_drafter
+
+    def block_positions(self, default: int) -> int:
+        """Positions to draft this round (the drafter's B unless the rule uses fewer)."""
+        return default
+
+    @abstractmethod
+    def plan(self, state: RoundState, block: Block | None) -> RoundPlan: ...
+
+    def observe(self, plan: RoundPlan, outcome: RoundOutcome) -> None:  # noqa: B027
+        pass
+
+    def end_request(self) -> dict[str, Any]:
+        return {}
+
+
+#: Every width rule by its config name (``arm.width_rule``), imported on first use.
+WIDTH_RULES: Registry[type[WidthRule]] = Registry("width rule", {
+    "ar": "adaspark.rules.fixed:Autoregressive",
+    "chain": "adaspark.rules.fixed:Chain",
+    "pinned": "adaspark.rules.fixed:Pinned",
+    "adaspark": "adaspark.rules.adaspark.rule:AdaSparkRule",
+}, "adaspark.rules.base.WIDTH_RULES; an arm's width_rule")
+
+
+def rule_class(name: str) -> type[WidthRule]:
+    """The class registered as ``name`` (raises :class:`UnknownNameError` for another)."""
+    return WIDTH_RULES.get(name)
+
+
+def make_rule(name: str, **kwargs: Any) -> WidthRule:
+    return rule_class(name)(**kwargs)

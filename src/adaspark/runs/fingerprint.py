@@ -1,0 +1,72 @@
+"""A run's fingerprint (``run.json``): engine binary, model files, arm and run config, the test
+set's conversations and the decoding code. A run refuses to append to results with another one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from adaspark.runs.conversation import Planned, conversation_sha256
+from adaspark.runs.settings import RunSettings, engine_of, is_speculative, uses_scheduler_constants
+
+
+def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings,
+                plan: list[Planned]) -> dict[str, Any]:
+    """What must not change between a run's replies: the engine binary, the model files, the
+    arm's and the run's config, the exact conversations the replies are made from (a hash per
+    conversation, :func:`conversation_sha256`) and the project's decoding code
+    (:func:`adaspark.provenance.code_fingerprint`)."""
+    from adaspark import model_files, provenance
+
+    engine = engine_of(arm)
+    arm_fp = json.loads(json.dumps(arm, default=str))
+    for k in ("store", "log_dir"):  # where the run keeps them, not what it runs
+        arm_fp.pop(k, None)
+        (arm_fp.get("rule") or {}).pop(k, None)
+    tpath, tsha = model_files.resolve(cfg.target)
+    models: dict[str, Any] = {"target": {"file": tpath.name, "sha256": tsha or
+                                         model_files.recorded_sha256(tpath),
+                                         "n_ctx": int(cfg.target.n_ctx)}}
+    if is_speculative(arm):
+        dpath, dsha = model_files.resolve(cfg.drafter)
+        dcfg = OmegaConf.to_container(cfg.drafter, resolve=True) \
+            if isinstance(cfg.drafter, DictConfig) else dict(cfg.drafter)
+        assert isinstance(dcfg, dict)
+        models["drafter"] = {"file": dpath.name,
+                             "sha256": dsha or model_files.recorded_sha256(dpath),
+                             **{k: dcfg.get(k) for k in ("kind", "block_positions", "top_k",
+                                                         "n_ctx")}}
+    if engine == "llama-server":
+        from adaspark.serving import llama_server
+
+        info = llama_server.binary_info()
+        binary = {"llama_server_sha256": info["sha256"], "version": info["version"]}
+    else:
+        b = provenance.llama_build()
+        binary = {"libllama_sha256": b.get("libllama_sha256"),
+                  "llama_cpp_python": b.get("llama_cpp_python")}
+    template = None
+    if settings.chat_template:
+        template = hashlib.sha256(Path(settings.chat_template).read_bytes()).hexdigest()
+    preset = cfg.get("preset")
+    run = {"subset": settings.subset, "cap": settings.cap, "protocol_cap": settings.protocol_cap,
+           "chat_template_sha256": template,
+           "preset": preset.get("name") if hasattr(preset, "get") else preset}
+    if engine == "ours":
+        run["exact"] = settings.exact
+        run["tool_fallback"] = settings.tool_fallback
+    out = {"engine": engine, "binary": binary, "models": models, "arm": arm_fp, "run": run,
+           "threads": cfg.get("threads"),
+           "conversations": {f"{q.set_name}/{q.conversation.name}": conversation_sha256(q)
+                             for q in plan},
+           "code": provenance.code_fingerprint()}
+    if uses_scheduler_constants(arm) and cfg.get("scheduler") is not None:
+        sch = cfg.get("scheduler")
+        out["scheduler"] = OmegaConf.to_container(sch, resolve=True) \
+            if isinstance(sch, DictConfig) else sch
+    return out

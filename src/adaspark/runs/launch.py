@@ -1,0 +1,71 @@
+"""Starting an arm's server (our engine or ``llama-server``) for a run, with the options of
+:class:`~adaspark.serving.main.ServeOptions`, and stopping it with its parent.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from adaspark import paths
+from adaspark.runs.settings import ArmEntry, RunSettings, engine_of
+from adaspark.serving.llama_server import ServerProcess
+
+# ---------------------------------------------------------------------------------------------
+# Launching the arm's server
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the server gets SIGTERM if the run process dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def launch(cfg: Any, entry: ArmEntry, arm: dict[str, Any], out_dir: Path,
+           settings: RunSettings) -> ServerProcess:
+    """A :class:`~adaspark.serving.llama_server.ServerProcess` (not started) serving the arm."""
+    from adaspark.serving import llama_server
+    from adaspark.serving.main import free_port
+
+    port = settings.port or free_port(settings.host)
+    # The server runs from the checkout (paths.checkout_root); hand it absolute paths.
+    out_dir = out_dir.resolve()
+    template = Path(settings.chat_template).resolve() if settings.chat_template else None
+    if engine_of(arm) == "llama-server":
+        spec = llama_server.spec_from_config(cfg, OmegaConf.create(arm), port=port,
+                                             host=settings.host, chat_template_file=template)
+        proc = llama_server.llama_server_process(
+            spec, out_dir / "server.log", startup_timeout_s=settings.startup_timeout_s,
+            preexec=_die_with_parent)
+    else:
+        snapshot = {k: cfg.get(k) for k in ("target", "drafter", "threads", "scheduler")}
+        snapshot = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig)
+                        else v) for k, v in snapshot.items()}
+        snapshot["arms"] = {entry.entry: arm}
+        snapshot["exact"] = settings.exact
+        params = out_dir / "server-params.yaml"
+        OmegaConf.save(OmegaConf.create(snapshot), params)
+        argv = [sys.executable, "-m", "adaspark.serving.main", "--params", str(params),
+                "--arm", entry.entry, "--host", settings.host, "--port", str(port),
+                "--store", str(out_dir / "store"), "--exact" if settings.exact else "--fast"]
+        if template is not None:
+            argv += ["--chat-template", str(template)]
+        if settings.round_log:
+            argv += ["--round-log", str(out_dir / "rounds")]
+        if not settings.warmup:
+            argv.append("--no-warmup")
+        argv += ["--tool-fallback", settings.tool_fallback]
+        proc = llama_server.ServerProcess(
+            argv, port=port, host=settings.host, log_path=out_dir / "server.log",
+            env=llama_server.clean_env(exact=settings.exact),
+            startup_timeout_s=settings.startup_timeout_s, cwd=paths.checkout_root(),
+            preexec=_die_with_parent)
+    return proc

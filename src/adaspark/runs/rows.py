@@ -1,0 +1,128 @@
+"""The reply-row schema: one row per timed reply (:class:`ReplyRow`), its Arrow schema, and the
+reply statuses (HARNESS "Caps and loops", "Client clock"): ``looped`` (reached the protocol cap of
+8,192 tokens), ``single-delta`` (at most one token event), ``cut`` (reached the run's shorter cap,
+or the context), ``finished``; the first that applies, in that order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from adaspark.analysis.stats import CUT, FINISHED, LOOPED, SINGLE_DELTA
+from adaspark.runs.settings import ArmEntry
+from adaspark.serving.client import Reply
+from adaspark.testset import Conversation
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+
+
+@dataclass
+class ReplyRow:
+    """One timed reply (stats columns first; see :mod:`adaspark.analysis.stats`)."""
+
+    arm: str
+    repeat: int
+    set: str
+    conversation: str
+    turn: int                 # 0-based index of the user turn in the conversation
+    reply: int                # 0, or 1 for the answer after a tool result
+    status: str               # finished | cut | looped | single-delta
+    decode_tps: float         # client clock; NaN when single-delta
+    completion_tokens: int
+    prompt_tokens: int
+    entry: str                # the run_arms entry (adaspark@2)
+    engine: str               # ours | llama-server
+    kind: str                 # the turn's category
+    reply_kind: str           # reply | tool-call | after-tool-result
+    ttft_s: float
+    decode_s: float
+    n_token_events: int
+    n_chunks: int
+    finish_reason: str
+    max_tokens: int
+    text: str
+    text_sha256: str
+    tool_calls: str           # JSON list of calls (OpenAI form)
+    n_tool_calls: int
+    server_rounds: float      # NaN when the server does not say (llama-server)
+    server_drafted: int
+    server_accepted: int
+    server_width1_rounds: float
+    server_cache_n: float
+    server_decode_ms: float
+    timings: str              # the server's timings object, JSON
+    after_resume: int         # 1: made by the server of a resumed run (replies were stored
+                              # before it started; see the module docstring)
+    fingerprint: str
+    wall_time: str
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.set, self.conversation, self.turn, self.reply)
+
+
+_ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(),
+          "int": pa.int64(), "float": pa.float64(), "str": pa.string()}
+ROW_SCHEMA = pa.schema([(f.name, _ARROW[f.type]) for f in fields(ReplyRow)])
+
+
+def _nan(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def reply_status(reply: Reply, max_tokens: int, protocol_cap: int) -> str:
+    """See the module docstring for the order."""
+    hit = reply.finish_reason == "length" or reply.completion_tokens >= max_tokens
+    if hit and reply.completion_tokens >= protocol_cap:
+        return LOOPED
+    if reply.single_delta:
+        return SINGLE_DELTA
+    if hit:
+        return CUT
+    return FINISHED
+
+
+def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv: Conversation,
+             turn: int, reply_index: int, max_tokens: int, protocol_cap: int,
+             fingerprint: str, after_resume: bool = False) -> ReplyRow:
+    t = reply.timings or {}
+    status = reply_status(reply, max_tokens, protocol_cap)
+    tps = reply.decode_tps
+    kind = ("after-tool-result" if reply_index == 1
+            else "tool-call" if reply.tool_calls else "reply")
+    return ReplyRow(
+        arm=entry.name, repeat=entry.repeat, set=set_name, conversation=conv.name, turn=turn,
+        reply=reply_index, status=status,
+        decode_tps=float("nan") if tps is None or status == SINGLE_DELTA else float(tps),
+        completion_tokens=reply.completion_tokens, prompt_tokens=reply.prompt_tokens,
+        entry=entry.entry, engine=engine, kind=conv.turns[turn].kind, reply_kind=kind,
+        ttft_s=_nan(reply.ttft_s), decode_s=_nan(reply.decode_s),
+        n_token_events=reply.n_token_events, n_chunks=reply.n_chunks,
+        finish_reason=str(reply.finish_reason), max_tokens=max_tokens, text=reply.text,
+        text_sha256=hashlib.sha256(reply.text.encode("utf-8")).hexdigest(),
+        tool_calls=json.dumps(reply.tool_calls, ensure_ascii=False),
+        n_tool_calls=len(reply.tool_calls),
+        server_rounds=_nan(t.get("rounds")), server_drafted=int(t.get("draft_n") or 0),
+        server_accepted=int(t.get("draft_n_accepted") or 0),
+        server_width1_rounds=_nan(t.get("width1_rounds")), server_cache_n=_nan(t.get("cache_n")),
+        server_decode_ms=_nan(t.get("predicted_ms")),
+        timings=json.dumps(t, ensure_ascii=False, default=str),
+        after_resume=int(after_resume), fingerprint=fingerprint,
+        wall_time=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def reply_id(set_name: str, conversation: str, turn: int, reply: int) -> str:
+    """The request id a reply is sent with (names its per-round log part and its summary)."""
+    return f"{set_name}.{conversation}.{turn}.{reply}"

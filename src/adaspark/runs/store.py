@@ -1,0 +1,127 @@
+"""A run directory's files: ``replies.parquet`` (appended one reply at a time, atomically),
+``run.json`` (the fingerprint), ``summary.json`` and ``crash.json``. A killed run resumes at the
+first missing reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from adaspark.runs.rows import ROW_SCHEMA, ReplyRow
+from adaspark.runs.settings import RunError, RunMismatchError
+
+ROWS_FILE = "replies.parquet"
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+CRASH_FILE = "crash.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# The results directory
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): d}
+
+
+def corrupt_file_message(path: Path, error: Any) -> str:
+    """What to say about a run directory's file that cannot be read."""
+    return (f"{path} cannot be read ({error}): it is damaged or not a file a run wrote. Delete "
+            f"it (or the whole directory {path.parent}) to run again from the start, or use "
+            "another output directory")
+
+
+class ResultStore:
+    """``replies.parquet`` and ``run.json`` of one run directory."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.dir = Path(out_dir)
+        self.rows_path = self.dir / ROWS_FILE
+        self.run_path = self.dir / RUN_FILE
+
+    def fingerprint_check(self, fingerprint: dict[str, Any]) -> str:
+        """Create ``run.json`` or check it; return the fingerprint's hash."""
+        digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str)
+                                .encode()).hexdigest()[:16]
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.run_path.exists():
+            old = self.run_meta()
+            if old.get("fingerprint_sha256") != digest:
+                a, b = _flatten(old.get("fingerprint", {})), _flatten(fingerprint)
+                diffs = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
+                         if a.get(k) != b.get(k)]
+                raise RunMismatchError(
+                    f"{self.dir} holds results made with another binary, model file, config, "
+                    "test set or decoding code; a run does not append to them. What changed:"
+                    "\n  " + "\n  ".join(diffs)
+                    + f"\nUse another output directory, or delete {self.dir} to start over.")
+        elif self.rows_path.exists():
+            raise RunMismatchError(f"{self.rows_path} exists without {self.run_path}: its origin "
+                                   "is unknown. Delete it, or use another output directory.")
+        else:
+            from adaspark.provenance import git_state
+
+            self._write_json(self.run_path, {"fingerprint": fingerprint,
+                                             "fingerprint_sha256": digest,
+                                             "created": datetime.now(UTC).isoformat(),
+                                             "git": git_state()})
+        return digest
+
+    def note(self, **extra: Any) -> None:
+        """Add keys to ``run.json`` (server metadata, resumes)."""
+        d = self.run_meta()
+        d.update(extra)
+        self._write_json(self.run_path, d)
+
+    @staticmethod
+    def _write_json(path: Path, obj: Any) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False, default=str) + "\n")
+        os.replace(tmp, path)
+
+    def run_meta(self) -> dict[str, Any]:
+        """``run.json``; a :class:`RunError` naming the file when it is not a JSON object."""
+        try:
+            d = json.loads(self.run_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunError(corrupt_file_message(self.run_path, e)) from None
+        if not isinstance(d, dict):
+            raise RunError(corrupt_file_message(self.run_path, "not a JSON object"))
+        return d
+
+    def table(self) -> pa.Table:
+        if not self.rows_path.exists():
+            return ROW_SCHEMA.empty_table()
+        try:
+            return pq.read_table(self.rows_path)
+        except (pa.ArrowException, OSError) as e:
+            raise RunError(corrupt_file_message(self.rows_path, e)) from None
+
+    def rows(self) -> list[dict[str, Any]]:
+        return self.table().to_pylist()
+
+    def append(self, row: ReplyRow) -> None:
+        """Append one row: the old rows and the new one go to a temporary file that then
+        replaces ``replies.parquet`` (a reader sees the old or the new file, never half)."""
+        new = pa.Table.from_pylist([asdict(row)], schema=ROW_SCHEMA)
+        old = self.table()
+        table = pa.concat_tables([old.cast(ROW_SCHEMA), new]) if old.num_rows else new
+        tmp = self.rows_path.with_name(ROWS_FILE + ".tmp")
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, self.rows_path)

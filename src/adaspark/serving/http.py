@@ -1,0 +1,174 @@
+"""The HTTP side of our server: ``POST /v1/chat/completions`` (streamed or not), ``GET /health``
+and ``GET /v1/models``, over an :class:`~adaspark.serving.service.ArmService`. Streaming sends
+one server-sent event per generated token (HARNESS "Client clock").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from adaspark.serving.requests import RequestError, parse_request
+from adaspark.serving.service import ArmService, Job, JobResult, merge_deltas
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+
+
+def _safe_id(raw: str | None) -> str | None:
+    """A request id usable in a file name (the rule's per-round log names its parts by it)."""
+    if not raw:
+        return None
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in raw)[:200] or None
+
+
+def _sse(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+
+def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
+    """The Starlette application around one :class:`ArmService`."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    def error(e: RequestError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if e.status == 503 else None
+        return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+    async def acquire() -> None:
+        """Take the engine, waiting up to ``busy_wait_s`` (longer while a cancelled decode
+        finishes its round)."""
+        deadline = time.monotonic() + busy_wait_s
+        while not service.busy.acquire(blocking=False):
+            cur = service.current
+            finishing = cur is not None and cur.cancel.is_set()
+            if time.monotonic() >= deadline and not finishing:
+                raise RequestError(503, "busy: this server decodes one request at a time (the "
+                                   "paper's protocol) and another request is decoding; retry "
+                                   "when it ends", kind="server_busy")
+            await asyncio.sleep(0.005)
+
+    async def health(_: Request) -> Response:
+        return JSONResponse({"status": "ok", "busy": service.busy.locked(),
+                             "model": service.model_id})
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": service.model_id, "object": "model", "created": int(time.time()),
+            "owned_by": "adaspark", "meta": service.meta}]})
+
+    async def completions(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return error(RequestError(400, f"the request body is not valid JSON ({e}); send a "
+                                      "JSON object with `messages`"))
+        try:
+            req = parse_request(body)
+            prompt, fmt = service.prompt_tokens(req)
+            await acquire()
+        except RequestError as e:
+            return error(e)
+        room = service.n_ctx - len(prompt) - 1
+        max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
+        rid = _safe_id(request.headers.get("x-request-id"))
+        job = Job(prompt=prompt, max_tokens=max(1, max_tokens), tool_format=fmt, request_id=rid)
+        loop = asyncio.get_running_loop()
+        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        if req.stream:
+            job.emit = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)
+        service.current = job
+        try:
+            fut = loop.run_in_executor(service.executor, service.run_job, job)
+        except RuntimeError:
+            service.current = None
+            service.busy.release()
+            return error(RequestError(503, "the server is shutting down", kind="server_busy"))
+        fut.add_done_callback(lambda f: queue.put_nowait(("done", f)))
+
+        def chunk(delta: dict[str, Any] | None, finish: str | None = None,
+                  **extra: Any) -> dict[str, Any]:
+            choices = [] if delta is None else [
+                {"index": 0, "delta": delta, "finish_reason": finish}]
+            return {"id": cid, "object": "chat.completion.chunk", "created": created,
+                    "model": service.model_id, "choices": choices, **extra}
+
+        if not req.stream:
+            try:
+                res: JobResult = await fut
+            except Exception as e:
+                return error(RequestError(500, f"decode failed: {e}", kind="server_error"))
+            if res.error:
+                return error(RequestError(500, f"decode failed: {res.error}",
+                                          kind="server_error"))
+            return JSONResponse({
+                "id": cid, "object": "chat.completion", "created": created,
+                "model": service.model_id,
+                "choices": [{"index": 0, "message": res.message,
+                             "finish_reason": res.finish_reason}],
+                "usage": {"prompt_tokens": res.prompt_tokens,
+                          "completion_tokens": res.completion_tokens,
+                          "total_tokens": res.prompt_tokens + res.completion_tokens},
+                "timings": res.timings})
+
+        async def events() -> AsyncIterator[bytes]:
+            first = True
+            try:
+                while True:
+                    kind, payload = await queue.get()
+                    if kind == "round":
+                        for deltas in payload:
+                            if first:
+                                yield _sse(chunk({"role": "assistant", "content": None}))
+                                first = False
+                            yield _sse(chunk(merge_deltas(deltas)))
+                    elif kind == "tail":
+                        yield _sse(chunk(merge_deltas(payload)))
+                    elif kind == "done":
+                        try:
+                            res = payload.result()
+                        except Exception as e:  # pragma: no cover - run_job catches errors
+                            res = None
+                            msg = str(e)
+                        if res is None or res.error:
+                            err = res.error if res is not None else msg
+                            yield _sse({"error": {"message": f"decode failed: {err}",
+                                                  "type": "server_error", "code": 500}})
+                            return
+                        yield _sse(chunk({}, res.finish_reason))
+                        usage = {"prompt_tokens": res.prompt_tokens,
+                                 "completion_tokens": res.completion_tokens,
+                                 "total_tokens": res.prompt_tokens + res.completion_tokens}
+                        yield _sse(chunk(None, usage=usage, timings=res.timings))
+                        yield b"data: [DONE]\n\n"
+                        return
+            finally:
+                job.cancel.set()  # a client that left stops the decode after this round
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        hint = {404: "routes: POST /v1/chat/completions, GET /health, GET /v1/models",
+                405: "use POST for /v1/chat/completions and GET for /health and /v1/models"}
+        msg = f"{exc.detail}" + (f" ({hint[exc.status_code]})" if exc.status_code in hint else "")
+        return error(RequestError(exc.status_code, msg))
+
+    routes = [
+        Route("/v1/chat/completions", completions, methods=["POST"]),
+        Route("/chat/completions", completions, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})

@@ -1,0 +1,185 @@
+"""A chat-completions request, checked before it reaches the engine: every message, content part,
+tool and option is validated, and a bad one gets a 400 that names the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from adaspark.serving import tool_calls
+
+#: What a template without tool support does with a request's tools: ``generic`` describes them
+#: in the system message and parses a JSON-object call (older llama.cpp's generic handler);
+#: ``none`` leaves them out, as the vendored llama-server build does (it renders tools only
+#: through the template).
+TOOL_FALLBACKS = ("generic", "none")
+
+
+class RequestError(Exception):
+    """A request the server refuses; ``status`` is the HTTP status, the message says why and
+    what to send instead."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.kind = kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": self.status}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+@dataclass
+class ChatRequest:
+    """A validated ``/v1/chat/completions`` request (the fields this server acts on)."""
+
+    messages: list[dict[str, Any]]
+    stream: bool = False
+    max_tokens: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str = "auto"
+
+
+def _type_name(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def _content_text(content: Any, where: str) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, p in enumerate(content):
+            if not (isinstance(p, dict) and p.get("type") == "text"
+                    and isinstance(p.get("text"), str)):
+                raise RequestError(400, f"{where}.content[{i}] must be a text part "
+                                   "{\"type\": \"text\", \"text\": \"...\"} (this server "
+                                   "reads text only)", param=f"{where}.content")
+            parts.append(p["text"])
+        return "".join(parts)
+    raise RequestError(400, f"{where}.content must be a string, a list of text parts or null, "
+                       f"not {_type_name(content)}", param=f"{where}.content")
+
+
+def _check_messages(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise RequestError(400, "`messages` must be a non-empty list of {\"role\", \"content\"} "
+                           "objects", param="messages")
+    out = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise RequestError(400, f"{where} must be an object, not {_type_name(m)}",
+                               param=where)
+        role = m.get("role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise RequestError(400, f"{where}.role must be one of system, user, assistant, tool "
+                               f"(got {role!r})", param=f"{where}.role")
+        msg = dict(m)
+        msg["content"] = _content_text(m.get("content"), where)
+        calls = m.get("tool_calls")
+        if calls is not None:
+            if role != "assistant" or not isinstance(calls, list):
+                raise RequestError(400, f"{where}.tool_calls must be a list on an assistant "
+                                   "message", param=f"{where}.tool_calls")
+            for k, c in enumerate(calls):
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)
+                        and isinstance(fn.get("arguments", ""), str | dict)):
+                    raise RequestError(400, f"{where}.tool_calls[{k}] must hold "
+                                       "{\"function\": {\"name\": str, \"arguments\": str}}",
+                                       param=f"{where}.tool_calls")
+        if role in ("system", "user", "tool") and msg["content"] is None:
+            raise RequestError(400, f"{where} ({role}) needs a string content",
+                               param=f"{where}.content")
+        if role == "assistant" and msg["content"] is None and not calls:
+            msg["content"] = ""
+        out.append(msg)
+    return out
+
+
+def lone_surrogate(obj: Any, where: str = "") -> str | None:
+    """Where a string of a decoded JSON body holds a lone UTF-16 surrogate (JSON allows the
+    escape ``"\\ud800"``; the text is no Unicode a tokenizer can encode), or None."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "the body"
+        return None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            name = f"{where}.{k}" if where else str(k)
+            found = lone_surrogate(k, f"a key in {where or 'the body'}") or \
+                lone_surrogate(v, name)
+            if found:
+                return found
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found = lone_surrogate(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def parse_request(body: Any) -> ChatRequest:
+    """Validate a decoded JSON body; raise :class:`RequestError` naming the bad field."""
+    if not isinstance(body, dict):
+        raise RequestError(400, f"the request body must be a JSON object, not {_type_name(body)}")
+    bad = lone_surrogate(body)
+    if bad is not None:
+        raise RequestError(400, f"{bad} holds a lone UTF-16 surrogate escape (such as "
+                           "\\ud800): that is not Unicode text; send each character as UTF-8 "
+                           "or as a surrogate pair", param=bad)
+    messages = _check_messages(body.get("messages"))
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(400, f"`stream` must be true or false, not {_type_name(stream)}",
+                           param="stream")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or max_tokens < 1):
+        raise RequestError(400, f"`max_tokens` must be a positive integer, not {max_tokens!r}",
+                           param="max_tokens")
+    temp = body.get("temperature")
+    if temp is not None:
+        if isinstance(temp, bool) or not isinstance(temp, int | float):
+            raise RequestError(400, f"`temperature` must be a number, not {_type_name(temp)}",
+                               param="temperature")
+        if temp > 0:
+            raise RequestError(400, "this server decodes greedily only (the verify's guarantee, "
+                               "§3.5): send temperature 0 or leave it out", param="temperature")
+    n = body.get("n", 1)
+    if n != 1:
+        raise RequestError(400, "`n` must be 1 (one choice per request)", param="n")
+    if body.get("stop") not in (None, [], ""):
+        raise RequestError(400, "`stop` sequences are not supported by this server; leave "
+                           "`stop` out (replies end at the model's end-of-generation token or "
+                           "max_tokens)", param="stop")
+    if body.get("logprobs"):
+        raise RequestError(400, "`logprobs` is not supported by this server", param="logprobs")
+    so = body.get("stream_options")
+    if so is not None and not isinstance(so, dict):
+        raise RequestError(400, "`stream_options` must be an object", param="stream_options")
+    tools = body.get("tools")
+    if tools is not None:
+        try:
+            tools = tool_calls.validate_tools(tools) or None
+        except tool_calls.ToolRequestError as e:
+            raise RequestError(400, str(e), param="tools") from None
+    choice = body.get("tool_choice", "auto")
+    if choice is None:
+        choice = "auto"
+    if choice not in ("auto", "none"):
+        raise RequestError(400, "`tool_choice` must be \"auto\" or \"none\" (this server has no "
+                           "constrained decoding to force a call)", param="tool_choice")
+    return ChatRequest(messages=messages, stream=stream, max_tokens=max_tokens,
+                       tools=tools, tool_choice=choice)

@@ -1,0 +1,381 @@
+"""One arm's engine as a service (§4.1): one request at a time on one engine thread, the previous
+request's KV reused for the longest common token prefix, each round's tokens handed to the HTTP
+side through a queue, and the per-request counts (rounds, drafted and accepted candidates, by
+source) that the last streamed chunk reports in ``timings``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from adaspark.decoding.drafter.base import Block, DrafterStats
+from adaspark.decoding.loop import Generation, generate
+from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule, make_rule
+from adaspark.serving import chat, tool_calls
+from adaspark.serving.requests import TOOL_FALLBACKS, ChatRequest, RequestError
+
+# ---------------------------------------------------------------------------------------------
+# Round statistics
+
+
+@dataclass
+class RoundCounts:
+    """Per-request counters of the rounds a rule ran: per source (:func:`row_source`), verified
+    candidate rows and accepted ones."""
+
+    rounds: int = 0
+    drafted: dict[str, int] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        srcs = sorted(set(self.drafted) | set(self.accepted))
+        return {s: {"drafted": self.drafted.get(s, 0), "accepted": self.accepted.get(s, 0)}
+                for s in srcs}
+
+
+def row_source(plan: RoundPlan) -> Callable[[int], str]:
+    """Each verify row's source as Table 7 counts them: ``drafter`` (drafter only), ``agreed``
+    (drafter candidates an n-gram chain also proposed) or ``ngram`` (n-gram only).
+
+    Reads the plan's :class:`~adaspark.decoding.candidates.CandidateSet`, or the candidate tree the
+    AdaSpark scheduler keeps in its plan's round context (which classifies itself)."""
+    cands = plan.candidates
+    tree = getattr(getattr(plan, "round", None), "cands", None)
+
+    def source(row: int) -> str:
+        if row - 1 >= len(plan.cand_of_row):
+            return "drafter"
+        j = plan.cand_of_row[row - 1]
+        if cands is not None:
+            if cands.source[j] == "ngram":
+                return "ngram"
+            return "agreed" if cands.agreed[j] else "drafter"
+        if tree is not None and callable(getattr(tree, "source", None)):
+            return str(tree.source(j))
+        return "drafter"
+
+    return source
+
+
+class CountingRule(WidthRule):
+    """Wraps the arm's width rule and counts each round's rows and accepted rows by source.
+    Behaviour is the inner rule's; only counters are added (composition, STYLE habit 1)."""
+
+    def __init__(self, inner: WidthRule) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.uses_drafter = inner.uses_drafter
+        self.counts = RoundCounts()
+
+    def begin_request(self, prompt: list[int], request_id: str | None = None) -> None:
+        self.counts = RoundCounts()
+        self.inner.begin_request(prompt, request_id)
+
+    def wants_block(self, state: RoundState) -> bool:
+        return self.inner.wants_block(state)
+
+    def block_positions(self, default: int) -> int:
+        return self.inner.block_positions(default)
+
+    def plan(self, state: RoundState, block: Block | None) -> RoundPlan:
+        return self.inner.plan(state, block)
+
+    def observe(self, plan: RoundPlan, outcome: RoundOutcome) -> None:
+        c = self.counts
+        c.rounds += 1
+        source = row_source(plan)
+        for row in range(1, plan.tree.n_rows):
+            s = source(row)
+            c.drafted[s] = c.drafted.get(s, 0) + 1
+        for row in outcome.path[1:]:
+            s = source(row)
+            c.accepted[s] = c.accepted.get(s, 0) + 1
+        self.inner.observe(plan, outcome)
+
+    def end_request(self) -> dict[str, Any]:
+        return self.inner.end_request()
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine side
+
+
+class _Cancelled(Exception):
+    """Raised from the round callback to stop a decode whose client went away."""
+
+
+def merge_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
+    """One token's deltas as one delta object (content joined, call fragments per index)."""
+    out: dict[str, Any] = {}
+    content = "".join(d.get("content") or "" for d in deltas)
+    if content:
+        out["content"] = content
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        for tc in d.get("tool_calls") or []:
+            cur = calls.get(tc["index"])
+            if cur is None:
+                calls[tc["index"]] = json.loads(json.dumps(tc))
+            else:
+                fn = cur.setdefault("function", {})
+                fn["arguments"] = fn.get("arguments", "") + (tc.get("function") or {}).get(
+                    "arguments", "")
+    if calls:
+        out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return out
+
+
+@dataclass
+class Job:
+    """One request's decode, handed to the engine thread."""
+
+    prompt: list[int]
+    max_tokens: int
+    tool_format: str
+    request_id: str | None = None
+    emit: Callable[[tuple[str, Any]], None] | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class JobResult:
+    message: dict[str, Any]
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    timings: dict[str, Any]
+    error: str | None = None
+
+
+def _json_safe(v: Any) -> Any:
+    return json.loads(json.dumps(v, default=str))
+
+
+class ArmService:
+    """The one engine interface the routes call: render and tokenize a request, decode it.
+
+    Built from a composed config (``target``, ``drafter``, ``threads``) and one arm's config.
+    """
+
+    def __init__(self, cfg: DictConfig, arm: DictConfig, *, exact: bool, store_dir: Path,
+                 chat_template: Path | None = None, round_log: Path | None = None,
+                 warmup: bool = True, tool_fallback: str = "generic") -> None:
+        from adaspark.rules import arms
+
+        if tool_fallback not in TOOL_FALLBACKS:
+            raise ValueError(f"tool_fallback must be one of {TOOL_FALLBACKS}, not "
+                             f"{tool_fallback!r}")
+        self.tool_fallback = tool_fallback
+        arm_d = OmegaConf.to_container(arm, resolve=True)
+        assert isinstance(arm_d, dict)
+        if arm_d.get("engine", "ours") != "ours":
+            raise ValueError(f"arm {arm_d.get('name')} runs on {arm_d.get('engine')}; start it "
+                             "with adaspark.serving.llama_server, not `adaspark serve`")
+        keys = arms.rule_kwargs(arm)
+        store_dir.mkdir(parents=True, exist_ok=True)
+        extra: dict[str, Any] = {}
+        if "store" in keys:  # rules with a learned store keep it in the store directory
+            extra["store"] = str(store_dir / "store.json")
+        if "log_dir" in keys and round_log is not None:
+            extra["log_dir"] = str(round_log)
+        self.arm = arm_d | {"rule_extra": extra}
+        self.exact = exact
+        self.store_dir = store_dir
+        self.parts = arms.build(cfg, arm, exact=exact, **extra)
+        self.counting = CountingRule(self.parts.rule)
+        t = self.parts.target
+        if chat_template is not None:
+            self.template = Path(chat_template).read_text(encoding="utf-8")
+            self.template_source = str(chat_template)
+        else:
+            tpl = t.chat_template()
+            if tpl is None:
+                raise ValueError(f"{t.path.name} has no chat template; pass chat_template=FILE")
+            self.template = tpl
+            self.template_source = "model"
+        ll_bos, ll_eos = self._special_texts()
+        self.bos_text, self.eos_text = ll_bos, ll_eos
+        self.caps = tool_calls.probe_template(self._render)
+        self.model_id = f"{cfg.target.name}:{arm_d.get('name')}"
+        self.n_ctx = t.n_ctx
+        self.busy = threading.Lock()
+        self.current: Job | None = None
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self.n_requests = 0
+        self.meta = self._meta(cfg)
+        if warmup:
+            self.executor.submit(self._warmup).result()
+
+    def _special_texts(self) -> tuple[str, str]:
+        import llama_cpp as ll
+
+        t = self.parts.target
+        out = []
+        for fn in (ll.llama_vocab_bos, ll.llama_vocab_eos):
+            tok = int(fn(t.vocab))
+            out.append(t.token_bytes(tok, special=True).decode("utf-8", "replace")
+                       if tok >= 0 else "")
+        return out[0], out[1]
+
+    def _render(self, messages: list[dict[str, Any]], tools: Any = None) -> str:
+        return chat.render(self.template, messages, tools=tools, bos_token=self.bos_text,
+                           eos_token=self.eos_text)
+
+    def _meta(self, cfg: DictConfig) -> dict[str, Any]:
+        from adaspark import provenance
+
+        return _json_safe({
+            "arm": self.arm, "engine": "ours", "exact": self.exact,
+            "n_ctx": self.n_ctx, "models": self.parts.models,
+            "target": OmegaConf.to_container(cfg.target, resolve=True),
+            "drafter": OmegaConf.to_container(cfg.drafter, resolve=True),
+            "threads": cfg.get("threads"),
+            "chat_template": {"source": self.template_source,
+                              "sha256": hashlib.sha256(self.template.encode()).hexdigest(),
+                              "tools": self.caps.tools, "format": self.caps.format,
+                              "tool_fallback": self.tool_fallback},
+            "store_dir": str(self.store_dir),
+            "llama": provenance.llama_build(),
+            "versions": provenance.versions(),
+        })
+
+    def _warmup(self) -> None:
+        """One short plain decode (and one draft) before serving, as llama-server warms up, so
+        the first request does not pay for lazy initialisation."""
+        t = self.parts.target
+        prompt = t.tokenize("Hello", add_special=True, parse_special=False) or [0]
+        generate(t, prompt, 2, make_rule("ar"))
+        if self.parts.drafter is not None:
+            self.parts.drafter.begin(prompt)
+            self.parts.drafter.draft(prompt, 1)
+        t.reset()
+
+    # -- requests -------------------------------------------------------------------------
+
+    def prompt_tokens(self, req: ChatRequest) -> tuple[list[int], str]:
+        """Render and tokenize a request; return the tokens and the reply's tool format."""
+        tools = req.tools if req.tool_choice != "none" else None
+        if not self.caps.tools and self.tool_fallback == "none":
+            tools = None  # as the vendored llama-server: the template decides, and ignores them
+        try:
+            messages, tpl_tools = tool_calls.prepare_messages(req.messages, tools, self.caps)
+            text = self._render(messages, tpl_tools)
+        except chat.ChatTemplateError as e:
+            raise RequestError(400, f"the chat template could not render these messages: {e}",
+                               param="messages") from None
+        t = self.parts.target
+        ids = t.tokenize(text, add_special=t.add_bos, parse_special=True)
+        if len(ids) + 1 >= self.n_ctx:
+            raise RequestError(400, f"the prompt has {len(ids)} tokens and does not fit the "
+                               f"context of {self.n_ctx} tokens (with room for one generated "
+                               "token); shorten the conversation or serve with a larger "
+                               "target.n_ctx", param="messages",
+                               kind="exceed_context_size_error")
+        fmt = self.caps.format if tools else "none"
+        return ids, fmt
+
+    def run_job(self, job: Job) -> JobResult:
+        """Decode one request on the engine thread; releases the busy lock when done."""
+        try:
+            return self._run(job)
+        finally:
+            self.current = None
+            self.busy.release()
+
+    def _run(self, job: Job) -> JobResult:
+        t = self.parts.target
+        self.n_requests += 1
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        parser = tool_calls.ReplyParser(job.tool_format, id_prefix=uuid.uuid4().hex[:8] + "_")
+        assembler = tool_calls.MessageAssembler()
+        n_out = [0]
+
+        def on_tokens(tokens: list[int]) -> None:
+            per_token = []
+            for tok in tokens:
+                piece = b"" if t.is_eog(tok) else t.token_bytes(tok)
+                deltas = parser.feed(decoder.decode(piece))
+                for d in deltas:
+                    assembler.add(d)
+                per_token.append(deltas)
+            n_out[0] += len(tokens)
+            if job.emit is not None:
+                job.emit(("round", per_token))
+            if job.cancel.is_set():
+                raise _Cancelled
+
+        stats = DrafterStats()
+        error = None
+        gen: Generation | None = None
+        try:
+            gen = generate(t, job.prompt, job.max_tokens, self.counting, self.parts.drafter,
+                           self.parts.block_positions, on_tokens=on_tokens, stats=stats,
+                           request_id=job.request_id)
+            stop = gen.stop
+        except _Cancelled:
+            stop = "cancelled"
+            try:
+                self.counting.end_request()
+            except Exception:  # the rule's bookkeeping must not take the server down
+                pass
+        except Exception as e:  # reported to the client; the server keeps serving
+            stop = "error"
+            error = f"{type(e).__name__}: {e}"
+            t.reset()  # the cache may no longer match the committed tokens: start clean
+        tail = parser.feed(decoder.decode(b"", final=True)) + parser.finish()
+        for d in tail:
+            assembler.add(d)
+        if job.emit is not None and tail:
+            job.emit(("tail", tail))
+        finish = ("tool_calls" if assembler.calls else
+                  "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
+        n_gen = len(gen.tokens) if gen is not None else n_out[0]
+        keep = t.reused if gen is not None else 0  # prompt tokens the prefill took from cache
+        timings = self._timings(gen, stats, keep, len(job.prompt), stop)
+        return JobResult(message=assembler.message(), finish_reason=finish,
+                         prompt_tokens=len(job.prompt), completion_tokens=n_gen,
+                         timings=timings, error=error)
+
+    def _timings(self, gen: Generation | None, stats: DrafterStats, cache_n: int,
+                 n_prompt: int, stop: str) -> dict[str, Any]:
+        c = self.counting.counts
+        if gen is None:
+            return {"stop": stop, "cache_n": cache_n, "rounds": c.rounds,
+                    "by_source": c.as_dict()}
+        widths = {str(k): v for k, v in sorted(gen.width_hist.items())}
+        n = len(gen.tokens)
+        return _json_safe({
+            "cache_n": cache_n,
+            "prompt_n": n_prompt - cache_n,
+            "prompt_ms": gen.prefill_s * 1e3,
+            "predicted_n": n,
+            "predicted_ms": gen.decode_s * 1e3,
+            "predicted_per_second": n / gen.decode_s if gen.decode_s > 0 else None,
+            "rounds": gen.rounds,
+            "draft_n": gen.drafted,
+            "draft_n_accepted": gen.accepted,
+            "verify_ms": gen.verify_s * 1e3,
+            "draft_ms": stats.draft_s * 1e3,
+            "draft_blocks": stats.n_blocks,
+            "widths": widths,
+            "width1_rounds": gen.width_hist.get(1, 0),
+            "by_source": c.as_dict(),
+            "stop": stop,
+            "rule": self.counting.name,
+            "rule_summary": gen.summary,
+        })
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.parts.close()

@@ -1,0 +1,124 @@
+"""Each table module runs on a small synthetic run directory and writes its files (issue 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from reporting_helpers import FAST, Built
+
+from adaspark.analysis import stats
+from adaspark.analysis.records import ADASPARK, CHAIN3, LLAMACPP_CHAIN
+from adaspark.analysis.survey import survey_medians
+from adaspark.analysis.tables import TABLES, Options, Records
+from adaspark.analysis.tables.render import DASH, formatted, missing_cells, write_table
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_every_table_is_written_by_the_stage(name: str, built: Built) -> None:
+    """The tables stage ran every module on the synthetic runs and wrote its three files."""
+    assert built.codes[0] == 0
+    files = [built.tables / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
+    assert all(p.is_file() and p.stat().st_size > 0 for p in files)
+    index = {t["name"]: t for t in json.loads((built.tables / "tables.json").read_text())
+             ["tables"]}
+    entry = index[name]
+    assert entry["error"] is None and FAST.target in entry["caption"]
+    back = pd.read_csv(files[0])
+    assert list(back.columns) == entry["columns"]
+    md = files[1].read_text()
+    assert entry["label"] in md and "|---|" in md
+    tex = files[2].read_text()
+    assert tex.startswith("\\begin{table}") and "\\bottomrule" in tex
+
+
+def test_a_table_frame_carries_its_caption_and_formats(paper_runs: Path, fast: Options,
+                                                       tmp_path: Path) -> None:
+    frame = TABLES["table1"].build(Records(paper_runs), fast)
+    assert frame.attrs["label"] == "Table 1" and frame.attrs["formats"]["β (ms per 1k tokens)"]
+    files = write_table(frame, tmp_path, "t1")
+    assert [p.suffix for p in files] == [".csv", ".md", ".tex"]
+
+
+def test_table1_holds_the_survey_medians_and_the_context_fit(paper_runs: Path,
+                                                             fast: Options) -> None:
+    records = Records(paper_runs)
+    frame = TABLES["table1"].build(records, fast)
+    med = survey_medians(records.survey()).set_index(["width", "context"])["verify_ms"]
+    row = frame[frame["rows"] == 16].iloc[0]
+    assert row["T(1,596)"] == pytest.approx(med[(16, 1596)])
+    # the fit passes near the three points (residual is relative)
+    alpha, beta = row["α (ms)"], row["β (ms per 1k tokens)"]
+    for c in (443, 1596, 8444):
+        fit = alpha + beta * c / 1000
+        assert abs(fit - med[(16, c)]) / med[(16, c)] <= row["max residual"] + 1e-9
+
+
+def test_table4_ratio_is_the_statistics_modules_comparison(paper_runs: Path,
+                                                           fast: Options) -> None:
+    records = Records(paper_runs)
+    frame = TABLES["table4"].build(records, fast)
+    c = stats.compare(records.replies(), ADASPARK, LLAMACPP_CHAIN, seed=fast.seed,
+                      n_resamples=fast.n_resamples)
+    assert frame.at[0, "AdaSpark / llama.cpp"] == c.format(2)
+    assert frame.at[0, "looped"] == 1
+    tps = stats.arm_throughput(records.replies(), CHAIN3).tokens_per_s
+    assert frame.at[0, "imparo DSpark (tok/s)"] == pytest.approx(tps)
+
+
+def test_default_preset_shows_dashes_where_it_did_not_run(default_runs: Path,
+                                                          fast: Options) -> None:
+    records = Records(default_runs)
+    t3 = TABLES["table3"].build(records, fast)
+    cells = formatted(t3)
+    assert set(cells[["4", "5", "6", "8", "12", "16", "again"]].to_numpy().ravel()) == {DASH}
+    assert any("not run in this preset" in n for n in t3.attrs["notes"])
+    assert "preset=paper" in t3.attrs["filled_by"]
+    t5 = TABLES["table5"].build(records, fast)
+    assert formatted(t5).at[0, "held-out ratio"] == DASH
+    assert formatted(t5).at[0, "evaluation ratio"] != DASH
+    t6 = TABLES["table6"].build(records, fast)
+    assert missing_cells(t6) == 3 * 7  # fullchain, tree16, costmodel rows
+
+
+def test_paper_preset_fills_every_speed_cell(paper_runs: Path, fast: Options) -> None:
+    records = Records(paper_runs)
+    for name in ("table3", "table4", "table5", "table6", "table8", "table9", "table10"):
+        frame = TABLES[name].build(records, fast)
+        assert missing_cells(frame) == 0, (name, formatted(frame))
+
+
+def test_table3_bolds_the_best_pinned_width_per_band(paper_runs: Path, fast: Options) -> None:
+    frame = TABLES["table3"].build(Records(paper_runs), fast)
+    for row, col in frame.attrs["bold"]:
+        widths = [c for c in ("4", "5", "6", "8", "12", "16")]
+        assert frame.at[row, col] == max(frame.loc[row, widths])
+    assert "**" in formatted(frame).to_numpy().ravel()[3 + 0] or frame.attrs["bold"]
+
+
+def test_table10_counts_identical_texts(paper_runs: Path, fast: Options) -> None:
+    records = Records(paper_runs)
+    frame = TABLES["table10"].build(records, fast)
+    r = records.replies()
+    keys = ["set", "conversation", "turn", "reply"]
+    a = r[(r["arm"] == ADASPARK) & (r["repeat"] == 1)].set_index(keys)["text_sha256"]
+    b = r[r["arm"] == CHAIN3].set_index(keys)["text_sha256"]
+    both = a.index.intersection(b.index)
+    assert frame.at[0, "all replies"] == f"{int((a[both] == b[both]).sum())}/{len(both)}"
+
+
+def test_table7_reads_the_round_log(paper_runs: Path, fast: Options) -> None:
+    records = Records(paper_runs)
+    frame = TABLES["table7"].build(records, fast).set_index("quantity")[fast.target]
+    rounds = records.rounds()
+    ada = rounds[(rounds["arm"] == ADASPARK) & (rounds["width"] > 1)]
+    rows = ada[["rows_drafter", "rows_agreed", "rows_ngram"]].to_numpy().sum()
+    assert frame["verified rows held by n-gram-only nodes"] == pytest.approx(
+        ada["rows_ngram"].sum() / rows)
+    assert frame["rounds with n-gram candidates"] == (ada["n_ngram_candidates"] > 0).sum()
+    chosen = ada.loc[ada["n_ngram_candidates"] > 0, "ngram_widened"].dropna()
+    assert len(chosen) > 0, "the synthetic instrumented run should have chosen widths"
+    assert frame["of those, rounds the n-gram widened the verify"] == pytest.approx(
+        chosen.astype(bool).mean())

@@ -1,0 +1,206 @@
+"""The engine on the real tiny model in exact mode (§2.2, §3.5; HARNESS facts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaspark.decoding.candidates import from_block, head_based_q
+from adaspark.decoding.drafter.draft_model import DraftModelDrafter, check_same_vocab
+from adaspark.decoding.engine import EngineError, Model, Target
+from adaspark.decoding.loop import generate
+from adaspark.decoding.tree import (
+    TreeError,
+    best_first_order,
+    chain_tree,
+    make_tree,
+    path_to,
+    prefix_tree,
+)
+from adaspark.rules.base import make_rule
+
+PROMPTS = [
+    "The history of the printing press begins",
+    "def fibonacci(n):\n    ",
+    "List three facts about the moon:\n1.",
+]
+
+
+def _prompt(t: Target, text: str) -> list[int]:
+    return t.tokenize(text)
+
+
+def _random_tree(rng: np.random.Generator, n: int, n_branches: int) -> tuple[list[int], list[int]]:
+    """A tree of ``n`` rows made of a few long branches (few leaves: few chain verifies)."""
+    parents = [-1]
+    tips = [0]
+    for i in range(1, n):
+        if len(tips) < n_branches and rng.random() < 0.3:
+            parent = int(rng.integers(0, i))
+            tips.append(i)
+        else:
+            k = int(rng.integers(0, len(tips)))
+            parent = tips[k]
+            tips[k] = i
+        parents.append(parent)
+    tokens = [int(x) for x in rng.integers(200, 20000, size=n)]
+    return tokens, parents
+
+
+def _assert_rows_equal_chains(t: Target, tokens: list[int], parents: list[int]) -> None:
+    tree = make_tree([t.committed[-1], *tokens[1:]], parents, max_rows=t.max_rows)
+    res = t.verify(tree, want_logits=True)
+    t.discard()
+    done: set[int] = set()
+    for leaf in tree.leaves():
+        rows = path_to(tree.parents, leaf)
+        chain = chain_tree(tree.tokens[0], [tree.tokens[r] for r in rows[1:]])
+        cres = t.verify(chain, want_logits=True)
+        t.discard()
+        for k, r in enumerate(rows):
+            if r not in done:
+                assert np.array_equal(res.logits[r], cres.logits[k]), (
+                    f"row {r} of a {tree.n_rows}-row tree differs from its chain row"
+                )
+                done.add(r)
+    assert done == set(range(tree.n_rows))
+
+
+def test_tree_rows_equal_chain_rows_bit_for_bit(tiny_target):
+    t = tiny_target
+    t.reset()
+    t.prefill(_prompt(t, PROMPTS[0]))
+    rng = np.random.default_rng(0)
+    for n in range(2, 64):
+        tokens, parents = _random_tree(rng, n, n_branches=3)
+        _assert_rows_equal_chains(t, tokens, parents)
+
+
+def test_drafter_shaped_trees_equal_chains(tiny_target, tiny_cut_path):
+    """Wide trees of real drafter candidates (many leaves, up to 62 sequences)."""
+    t = tiny_target
+    t.reset()
+    prompt = _prompt(t, PROMPTS[1])
+    t.prefill(prompt)
+    d = DraftModelDrafter(tiny_cut_path, 2048, exact=True, top_k=8)
+    try:
+        block = d.draft(t.committed, 8)
+    finally:
+        d.close()
+    cands = from_block(block)
+    order, _ = best_first_order(cands.parent, head_based_q(block, cands))
+    for n in (9, 33, 63):
+        tree, _ = prefix_tree(t.committed[-1], cands.tokens, cands.parent, order, n)
+        _assert_rows_equal_chains(t, list(tree.tokens), list(tree.parents))
+
+
+@pytest.mark.parametrize("arm_rule", [("chain", {"positions": 3}), ("pinned", {"width": 8}),
+                                      ("pinned", {"width": 16}), ("chain", {})])
+def test_self_drafting_equals_greedy(tiny_target, tiny_path, arm_rule):
+    t = tiny_target
+    d = DraftModelDrafter(tiny_path, 2048, exact=True, top_k=8)
+    try:
+        for text in PROMPTS:
+            p = _prompt(t, text)
+            greedy = generate(t, p, 48, make_rule("ar"))
+            spec = generate(t, p, 48, make_rule(arm_rule[0], **arm_rule[1]), d, 4)
+            assert spec.tokens == greedy.tokens
+            # drafting for itself, every pick is the target's own argmax
+            if arm_rule[0] == "chain" and spec.stop == "length":
+                assert spec.accepted >= spec.rounds * 2
+    finally:
+        d.close()
+
+
+def test_truncated_drafter_equals_greedy(tiny_target, tiny_cut_path):
+    t = tiny_target
+    d = DraftModelDrafter(tiny_cut_path, 2048, exact=True, top_k=8)
+    try:
+        rejected = 0
+        for text in PROMPTS:
+            p = _prompt(t, text)
+            greedy = generate(t, p, 64, make_rule("ar"))
+            for rule in (make_rule("chain", positions=3), make_rule("pinned", width=12)):
+                spec = generate(t, p, 64, rule, d, 4)
+                assert spec.tokens == greedy.tokens
+                rejected += spec.drafted - spec.accepted
+        assert rejected > 50, "the weak drafter should be rejected often"
+    finally:
+        d.close()
+
+
+def test_state_after_500_mixed_rounds(tiny_path, tiny_cut_path):
+    """Sequence 0 spans exactly the committed positions, no other sequence holds cells, and the
+    next-token logits equal those of a fresh prefill of the committed tokens."""
+    t = Target(tiny_path, 4096, exact=True)
+    d = DraftModelDrafter(tiny_cut_path, 4096, exact=True, top_k=8)
+    try:
+        t.prefill(_prompt(t, PROMPTS[2]))
+        rules = [make_rule("pinned", width=w) for w in (1, 2, 5, 8, 17)]
+        n_acc = n_rej = 0
+        from adaspark.rules.base import RoundState
+
+        for i in range(500):
+            rule = rules[i % len(rules)]
+            state = RoundState(t.committed, i, t.max_rows, 4)
+            block = d.draft(t.committed, 4)
+            plan = rule.plan(state, block)
+            res = t.verify(plan.tree)
+            t.commit(res)
+            n_acc += len(t.last_path) - 1
+            n_rej += plan.tree.n_rows - len(t.last_path)
+        assert n_acc > 100 and n_rej > 100
+        t.flush()
+        L = len(t.committed)
+        assert t.seq_pos_range(0) == (0, L - 2)
+        for s in range(1, 64):
+            assert t.seq_pos_range(s)[1] == -1, f"sequence {s} still holds cells"
+        res = t.verify(chain_tree(t.committed[-1], []), want_logits=True)
+        t.discard()
+        fresh = Target(tiny_path, 4096, exact=True)
+        try:
+            fresh.prefill(list(t.committed))
+            ref = fresh.verify(chain_tree(t.committed[-1], []), want_logits=True)
+            fresh.discard()
+        finally:
+            fresh.close()
+        assert np.array_equal(res.logits, ref.logits)
+    finally:
+        d.close()
+        t.close()
+
+
+def test_engine_refuses_bad_calls(tiny_target):
+    t = tiny_target
+    t.reset()
+    with pytest.raises(EngineError, match="prefill a prompt first"):
+        t.verify(chain_tree(1, []))
+    t.prefill(_prompt(t, PROMPTS[0]))
+    with pytest.raises(EngineError, match="not the last committed token"):
+        t.verify(chain_tree(t.committed[-1] + 1, [5]))
+    res = t.verify(chain_tree(t.committed[-1], [5, 6]))
+    with pytest.raises(EngineError, match="pending"):
+        t.verify(chain_tree(t.committed[-1], [5]))
+    t.commit(res)
+    with pytest.raises(EngineError, match="nothing to commit"):
+        t.commit(res)
+    with pytest.raises(TreeError, match="wider"):
+        make_tree(list(range(64)), [-1, *range(63)], max_rows=t.max_rows)
+    with pytest.raises(EngineError, match="empty prompt"):
+        t.prefill([])
+
+
+def test_missing_model_file_is_a_clear_error(tmp_path):
+    with pytest.raises(EngineError, match="does not exist"):
+        Model(tmp_path / "nope.gguf", 512, exact=True)
+
+
+def test_vocabulary_mismatch_names_first_differing_id(tiny_target):
+    vocab = tiny_target.token_texts()
+    check_same_vocab(vocab, list(vocab), "same")
+    other = list(vocab)
+    other[1234] = b"something else"
+    with pytest.raises(EngineError, match="token 1234"):
+        check_same_vocab(vocab, other, "changed")
+    with pytest.raises(EngineError, match="first differing id is 100"):
+        check_same_vocab(vocab[:100], vocab, "longer")

@@ -1,0 +1,67 @@
+"""Registries are tables keyed by config name, filled without import side effects (issue 11)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from adaspark.config import ConfigError, compose
+from adaspark.decoding.drafter.base import DRAFTERS, Drafter
+from adaspark.registry import Registry, UnknownNameError
+from adaspark.rules.base import WIDTH_RULES, WidthRule, make_rule, rule_class
+from adaspark.schema import RULE_OPTIONS, check_arm, validate
+
+
+@pytest.mark.parametrize("name", WIDTH_RULES.names())
+def test_every_width_rule_resolves_to_its_class(name: str) -> None:
+    cls = rule_class(name)
+    assert issubclass(cls, WidthRule) and cls.name == name
+    assert isinstance(cls.uses_drafter, bool) and isinstance(cls.needs_scheduler, bool)
+
+
+def test_what_a_rule_needs_is_declared_by_its_class() -> None:
+    assert not rule_class("ar").uses_drafter and rule_class("chain").uses_drafter
+    assert rule_class("adaspark").needs_scheduler
+    assert not any(rule_class(n).needs_scheduler for n in ("ar", "chain", "pinned"))
+
+
+def test_every_drafter_kind_resolves() -> None:
+    for name in DRAFTERS:
+        assert issubclass(DRAFTERS.get(name), Drafter)
+
+
+def test_the_schema_knows_the_options_of_every_rule() -> None:
+    assert sorted(RULE_OPTIONS) == WIDTH_RULES.names()
+
+
+def test_a_name_means_the_same_whatever_was_imported_before() -> None:
+    """A fresh interpreter that imports only the registry's module sees every rule, and getting
+    one imports its module then, not before."""
+    code = ("import sys; from adaspark.rules.base import WIDTH_RULES, rule_class; "
+            "assert 'adaspark.rules.adaspark.rule' not in sys.modules; "
+            "print(','.join(WIDTH_RULES.names())); rule_class('adaspark'); "
+            "assert 'adaspark.rules.adaspark.rule' in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ",".join(WIDTH_RULES.names())
+
+
+def test_an_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown width rule 'nope'; known: adaspark, ar"):
+        make_rule("nope")
+    with pytest.raises(UnknownNameError, match="known: draft-model"):
+        DRAFTERS.get("dspark")
+    reg: Registry[int] = Registry("thing", {"a": "math:pi"}, "a test table")
+    with pytest.raises(UnknownNameError, match=r"the names of a test table") as e:
+        reg.get(3)
+    assert isinstance(e.value, ConfigError) and e.value.known == ["a"]
+
+
+def test_the_config_check_refuses_an_unknown_rule_or_drafter_kind() -> None:
+    with pytest.raises(UnknownNameError, match=r"arms\.x\.width_rule"):
+        check_arm({"name": "x", "width_rule": "nope"}, "arms.x")
+    cfg = compose(["target=tiny", "drafter=tiny-truncated", "drafter.kind=eagle"])
+    with pytest.raises(UnknownNameError, match="unknown drafter kind 'eagle'"):
+        validate(cfg, command="generate")

@@ -1,0 +1,81 @@
+"""The n-gram index over the request's own text and its chains (§3.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from adaspark.decoding.drafter.base import Block
+from adaspark.rules.adaspark.candidate_tree import NGRAM, CandidateTree
+from adaspark.rules.adaspark.config import load_config
+from adaspark.rules.adaspark.ngram import NgramIndex, add_chains
+
+CFG = load_config()
+
+
+def index(tokens: list[int]) -> NgramIndex:
+    ix = NgramIndex(CFG.ngram_fill, CFG.acceptance_model.copy_long_match,
+                    CFG.acceptance_model.follower_count_edge)
+    ix.extend(tokens)
+    return ix
+
+
+def test_a_copy_continues_an_earlier_passage_else_the_top_follower() -> None:
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 50, 51, 52, 1, 2, 3, 4, 5]
+    ix = index(text)
+    p = ix.step(text)
+    assert p is not None and p.token == 6 and p.matched == 5 and p.count == 0
+    nxt = ix.copy_on(p)
+    assert nxt is not None and nxt.token == 7 and nxt.matched == 6
+    # no 4-token match: the most frequent follower of the last 3 tokens
+    ix2 = index([7, 8, 9, 1, 0, 7, 8, 9, 2, 0, 7, 8, 9, 2, 0])
+    p2 = ix2.step([5, 7, 8, 9])
+    assert p2 is not None and p2.token == 2 and p2.count == 2 and p2.matched == 0
+    assert index([1, 2]).step([1, 2]) is None
+
+
+def test_precision_is_scored_before_each_token_is_indexed() -> None:
+    ix = index([])
+    ix.extend([1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 3, 8])
+    # the follower of (1, 2, 3) was proposed twice (9 right once, then wrong: 8 came)
+    proposed = sum(n for n, _ in ix.scored)
+    right = sum(r for _, r in ix.scored)
+    assert proposed >= 2 and right < proposed
+    assert all(0.0 < p < 1.0 for p in ix.precision())
+
+
+def block_of(tokens: list[list[int]]) -> Block:
+    t = np.asarray(tokens, dtype=np.int64)
+    probs = np.tile(np.linspace(0.5, 0.01, t.shape[1]), (t.shape[0], 1))
+    return Block(tokens=t, probs=probs, confidence=np.full(t.shape[0], 0.6))
+
+
+def test_chains_mark_agreed_and_contradicted_and_add_new_nodes() -> None:
+    text = [10, 11, 12, 13, 14, 15, 16, 17, 90, 91, 10, 11, 12, 13]
+    ix = index(text)
+    # anchor = 13; the earlier passage continues 14, 15, 16, 17
+    blk = block_of([[14, 40, 41], [30, 15, 42]])   # pick 14 agrees; at position 1 sibling 15
+    tree = CandidateTree.from_block(blk, 1e-7, -30.0)
+    added = add_chains(ix, tree, 32, 63, (1, 3))
+    assert tree.agreed[0] and tree.contra[1] >= 0 and tree.contra[2] >= 0  # 14 agreed
+    # the pick's chain: 15 is a sibling at position 1 -> agreed; the pick 30 contradicted
+    assert tree.agreed[4] and tree.contra[3] >= 0
+    # then new n-gram nodes continue under the sibling 15: 16, 17, ...
+    new = [j for j in range(len(tree)) if tree.kind[j] == NGRAM]
+    assert added == len(new) >= 2
+    assert tree.tokens[new[0]] == 16 and tree.parent[new[0]] == 4
+    assert tree.tokens[new[1]] == 17 and tree.parent[new[1]] == new[0]
+    assert tree.run[new[0]] >= 2  # n-gram tokens above it on its path: 14 and 15
+    assert all(tree.parent[j] < j for j in range(len(tree)))
+
+
+def test_chains_respect_the_depth_limit_and_the_node_budget() -> None:
+    text = list(range(100, 160)) + list(range(100, 104))
+    ix = index(text)
+    tree = CandidateTree.from_block(block_of([[1, 2], [3, 4]]), 1e-7, -30.0)
+    add_chains(ix, tree, 32, 63, (1, 3))
+    depth = {-1: 0}
+    for j, p in enumerate(tree.parent):
+        depth[j] = depth[p] + 1
+    assert max(depth.values()) <= 32
+    tree2 = CandidateTree.from_block(block_of([[1, 2], [3, 4]]), 1e-7, -30.0)
+    assert add_chains(ix, tree2, 32, 5, (1, 3)) == 5
