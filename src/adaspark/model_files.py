@@ -291,13 +291,18 @@ def verified_path(key: str) -> Path:
 def resolve(model_cfg: Any) -> tuple[Path, str | None]:
     """Path and sha256 of a ``target``/``drafter`` config: its ``path`` when set (a user's own
     GGUF: ``None``, the caller hashes it for the record), else its manifest ``model``, checked,
-    with the hash computed from its bytes."""
-    if model_cfg.get("path"):
-        p = Path(str(model_cfg.path)).expanduser()
+    with the hash computed from its bytes. ``model_cfg`` is a typed
+    :class:`~adaspark.schema.TargetConfig` / :class:`~adaspark.schema.DrafterConfig` or the
+    composed group."""
+    def key(name: str) -> Any:
+        return model_cfg.get(name) if hasattr(model_cfg, "get") else getattr(model_cfg, name)
+
+    if key("path"):
+        p = Path(str(key("path"))).expanduser()
         if p.is_dir():
             raise ModelFileError(f"model file {p} (from the config's path=) is a directory: "
                                  "point path= at the GGUF file itself")
         if not p.is_file():
             raise ModelFileError(f"model file {p} (from the config's path=) does not exist")
         return p, None
-    return verified(str(model_cfg.model))
+    return verified(str(key("model")))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -267,12 +267,42 @@ class DrafterConfig:
 
 @dataclass(frozen=True)
 class ArmConfig:
-    """The keys every ``conf/arm/<name>.yaml`` has; the rest are its width rule's keywords."""
+    """An arm, ``conf/arm/<name>.yaml``, as the code reads it (:func:`check_arm` makes one):
+    the keys every arm has, its width rule's keywords (``rule``: the file's other keys, or the
+    ones nested under ``rule:``) and a llama-server arm's ``server:`` options."""
 
     name: str
     engine: Literal["ours", "llama-server"] = "ours"
     width_rule: str | None = None
     description: str | None = None
+    rule: dict[str, Any] = field(default_factory=dict)
+    server: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speculative(self) -> bool:
+        """Whether the arm drafts (llama-server: a ``spec_type``; ours: its rule's class says)."""
+        if self.engine == "llama-server":
+            return self.server.get("spec_type") not in (None, "none")
+        from adaspark.rules.base import rule_class
+
+        return rule_class(str(self.width_rule)).uses_drafter
+
+    @property
+    def needs_scheduler(self) -> bool:
+        """Whether the arm's rule takes the composed ``scheduler`` group (Table 14)."""
+        if self.engine != "ours":
+            return False
+        from adaspark.rules.base import rule_class
+
+        return rule_class(str(self.width_rule)).needs_scheduler
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The arm as a config mapping again (flat rule keywords), for a config snapshot."""
+        out: dict[str, Any] = {"name": self.name, "engine": self.engine,
+                               "width_rule": self.width_rule, "description": self.description}
+        if self.engine == "llama-server":
+            return out | {"server": dict(self.server)}
+        return out | dict(self.rule)
 
 
 @dataclass(frozen=True)
@@ -331,6 +361,33 @@ RULE_OPTIONS: dict[str, type] = {
 }
 
 
+def target_config(cfg: Any) -> TargetConfig:
+    """The composed config's ``target`` group, typed."""
+    return check_group(TargetConfig, cfg.get("target"), "target")  # type: ignore[no-any-return]
+
+
+def drafter_config(cfg: Any) -> DrafterConfig:
+    """The composed config's ``drafter`` group, typed (its ``kind`` a registered drafter)."""
+    drafter: DrafterConfig = check_group(DrafterConfig, cfg.get("drafter"), "drafter")
+    check_drafter_kind(drafter.kind)
+    return drafter
+
+
+def arm_config(raw: Any, where: str = "arm") -> ArmConfig:
+    """An arm's config mapping (``cfg.arm`` or ``cfg.arms.<name>``), typed and checked."""
+    return check_arm(raw, where)
+
+
+def scheduler_mapping(cfg: Any) -> dict[str, Any] | None:
+    """The composed ``scheduler`` group as a plain mapping (checked against Table 14's schema by
+    :func:`check_scheduler`; the rule builds its :class:`SchedulerConfig` from it), or None."""
+    raw = plain(cfg.get("scheduler"))
+    if raw is None:
+        return None
+    check_scheduler(raw)
+    return dict(raw)
+
+
 def check_drafter_kind(kind: str) -> None:
     """``drafter.kind`` names a drafter of :data:`adaspark.decoding.drafter.base.DRAFTERS`."""
     from adaspark.decoding.drafter.base import DRAFTERS
@@ -344,11 +401,12 @@ def check_drafter_kind(kind: str) -> None:
 def check_arm(raw: Any, where: str) -> ArmConfig:
     """An arm's common keys, its width rule's keywords and a llama-server arm's ``server:``."""
     raw = plain(raw)
-    arm = check_group(ArmConfig, raw, where)
+    common_keys = ("name", "engine", "width_rule", "description")
+    arm = check_group(ArmConfig, {k: v for k, v in raw.items() if k in common_keys}, where)
     if arm.engine == "llama-server":
-        check_group(LlamaServerOptions, raw.get("server") or {}, f"{where}.server",
-                    extra="refuse")
-        return arm
+        server = raw.get("server") or {}
+        check_group(LlamaServerOptions, server, f"{where}.server", extra="refuse")
+        return replace(arm, server=dict(server))
     from adaspark.registry import UnknownNameError
     from adaspark.rules.base import WIDTH_RULES
 
@@ -359,18 +417,17 @@ def check_arm(raw: Any, where: str) -> ArmConfig:
         raise UnknownNameError("width rule", arm.width_rule, WIDTH_RULES.names(),
                                f"{where}.width_rule; adaspark.rules.base.WIDTH_RULES")
     cls = RULE_OPTIONS[arm.width_rule]
-    keys = {k: v for k, v in raw.items() if k not in {f.name for f in fields(ArmConfig)}
-            and k not in ("rule", "server")}
+    keys = {str(k): v for k, v in raw.items() if k not in (*common_keys, "rule", "server")}
     if isinstance(raw.get("rule"), dict):
-        keys |= raw["rule"]
-    common = ", ".join(f.name for f in fields(ArmConfig))
+        keys |= {str(k): v for k, v in raw["rule"].items()}
+    common = ", ".join(common_keys)
     rule_keys = ", ".join(f.name for f in fields(cls)) or "no other key"
     opts = check_group(cls, keys, where, extra="refuse",
                        takes=f"{common} and, for width rule {arm.width_rule!r}, {rule_keys}")
     if arm.width_rule == "adaspark" and isinstance(opts.width, int) and opts.offer_width1:
         raise ConfigError(f"{where}.offer_width1=true needs learned or class widths, not the "
                           f"pinned {where}.width={opts.width}")
-    return arm
+    return replace(arm, rule=keys)
 
 
 def check_scheduler(raw: Any) -> None:

@@ -12,10 +12,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark.runs.conversation import Planned, conversation_sha256
-from adaspark.runs.settings import RunSettings, engine_of, is_speculative, uses_scheduler_constants
+from adaspark.runs.settings import RunSettings
+from adaspark.schema import ArmConfig
 
 
-def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings,
+def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings,
                 plan: list[Planned]) -> dict[str, Any]:
     """What must not change between a run's replies: the engine binary, the model files, the
     arm's and the run's config, the exact conversations the replies are made from (a hash per
@@ -23,16 +24,15 @@ def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings,
     (:func:`adaspark.provenance.code_fingerprint`)."""
     from adaspark import model_files, provenance
 
-    engine = engine_of(arm)
-    arm_fp = json.loads(json.dumps(arm, default=str))
+    engine = arm.engine
+    arm_fp = json.loads(json.dumps(arm.as_mapping(), default=str))
     for k in ("store", "log_dir"):  # where the run keeps them, not what it runs
         arm_fp.pop(k, None)
-        (arm_fp.get("rule") or {}).pop(k, None)
     tpath, tsha = model_files.resolve(cfg.target)
     models: dict[str, Any] = {"target": {"file": tpath.name, "sha256": tsha or
                                          model_files.recorded_sha256(tpath),
                                          "n_ctx": int(cfg.target.n_ctx)}}
-    if is_speculative(arm):
+    if arm.speculative:
         dpath, dsha = model_files.resolve(cfg.drafter)
         dcfg = OmegaConf.to_container(cfg.drafter, resolve=True) \
             if isinstance(cfg.drafter, DictConfig) else dict(cfg.drafter)
@@ -65,7 +65,7 @@ def fingerprint(cfg: Any, arm: dict[str, Any], settings: RunSettings,
            "conversations": {f"{q.set_name}/{q.conversation.name}": conversation_sha256(q)
                              for q in plan},
            "code": provenance.code_fingerprint()}
-    if uses_scheduler_constants(arm) and cfg.get("scheduler") is not None:
+    if arm.needs_scheduler and cfg.get("scheduler") is not None:
         sch = cfg.get("scheduler")
         out["scheduler"] = OmegaConf.to_container(sch, resolve=True) \
             if isinstance(sch, DictConfig) else sch

@@ -12,7 +12,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
-from adaspark.runs.settings import ArmEntry, RunSettings, engine_of
+from adaspark.runs.settings import ArmEntry, RunSettings
+from adaspark.schema import ArmConfig
 from adaspark.serving.llama_server import ServerProcess
 
 # ---------------------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def launch(cfg: Any, entry: ArmEntry, arm: dict[str, Any], out_dir: Path,
+def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
            settings: RunSettings) -> ServerProcess:
     """A :class:`~adaspark.serving.llama_server.ServerProcess` (not started) serving the arm."""
     from adaspark.serving import llama_server
@@ -39,8 +40,8 @@ def launch(cfg: Any, entry: ArmEntry, arm: dict[str, Any], out_dir: Path,
     # The server runs from the checkout (paths.checkout_root); hand it absolute paths.
     out_dir = out_dir.resolve()
     template = Path(settings.chat_template).resolve() if settings.chat_template else None
-    if engine_of(arm) == "llama-server":
-        spec = llama_server.spec_from_config(cfg, OmegaConf.create(arm), port=port,
+    if arm.engine == "llama-server":
+        spec = llama_server.spec_from_config(cfg, OmegaConf.create(arm.as_mapping()), port=port,
                                              host=settings.host, chat_template_file=template)
         proc = llama_server.llama_server_process(
             spec, out_dir / "server.log", startup_timeout_s=settings.startup_timeout_s,
@@ -49,7 +50,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: dict[str, Any], out_dir: Path,
         snapshot = {k: cfg.get(k) for k in ("target", "drafter", "threads", "scheduler")}
         snapshot = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig)
                         else v) for k, v in snapshot.items()}
-        snapshot["arms"] = {entry.entry: arm}
+        snapshot["arms"] = {entry.entry: arm.as_mapping()}
         snapshot["exact"] = settings.exact
         params = out_dir / "server-params.yaml"
         OmegaConf.save(OmegaConf.create(snapshot), params)

@@ -60,7 +60,6 @@ from adaspark.runs.settings import (
     RunMismatchError,
     RunSettings,
     arm_config,
-    engine_of,
 )
 from adaspark.runs.store import CRASH_FILE, SUMMARY_FILE, ResultStore
 from adaspark.serving.client import ChatClient, Reply, ServerReplyError
@@ -111,7 +110,7 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
     t_start = time.monotonic()
     entry = ArmEntry.parse(entry_text)
     arm = arm_config(cfg, entry)
-    engine = engine_of(arm)
+    engine = arm.engine
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise RunError(f"the run directory {out_dir} is a file: name a directory (created when "

@@ -8,11 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from adaspark import paths
 from adaspark.config import ConfigError
-from adaspark.schema import check_group, spec
+from adaspark.schema import ArmConfig, check_arm, check_group, spec
 from adaspark.testset.subsets import SUBSETS
 
 #: The protocol cap (§4.1): a reply that reaches it is a loop.
@@ -100,47 +98,11 @@ class ArmEntry:
         return cls(entry, name, int(rep) if at else 1)
 
 
-def arm_config(cfg: Any, entry: ArmEntry) -> dict[str, Any]:
-    """The arm's config from ``arms.<entry>`` or ``arms.<name>``."""
+def arm_config(cfg: Any, entry: ArmEntry) -> ArmConfig:
+    """The arm's typed config from ``arms.<entry>`` or ``arms.<name>``."""
     arms = cfg.get("arms") or {}
     for key in (entry.entry, entry.name):
         if key in arms:
-            a = arms[key]
-            d = OmegaConf.to_container(a, resolve=True) if isinstance(a, DictConfig) else dict(a)
-            assert isinstance(d, dict)
-            return d
+            return check_arm(arms[key], f"arms.{key}")
     raise RunError(f"no arm {entry.entry!r} under `arms:` in the config; it has {sorted(arms)}. "
                    f"Add `- arm@arms.{entry.name}: {entry.name}` to conf/config.yaml's defaults")
-
-
-def rule_options(arm: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments the arm gives its width rule (flat keys or a ``rule:`` mapping)."""
-    from adaspark.rules.arms import rule_kwargs
-
-    return rule_kwargs(OmegaConf.create(arm))
-
-
-def is_speculative(arm: dict[str, Any]) -> bool:
-    """Whether the arm drafts (llama-server: a ``spec_type``; ours: its rule uses a drafter)."""
-    if arm.get("engine") == "llama-server":
-        return (arm.get("server") or {}).get("spec_type") not in (None, "none")
-    from adaspark.rules.base import rule_class
-
-    return rule_class(str(arm.get("width_rule"))).uses_drafter
-
-
-def uses_scheduler_constants(arm: dict[str, Any]) -> bool:
-    """Whether the arm's rule takes the ``scheduler`` group (as ``arms.build`` decides)."""
-    from adaspark.rules.base import rule_class
-
-    if arm.get("engine", "ours") != "ours":
-        return False
-    return rule_class(str(arm.get("width_rule"))).needs_scheduler
-
-
-def engine_of(arm: dict[str, Any]) -> str:
-    engine = arm.get("engine", "ours")
-    if engine not in ("ours", "llama-server"):
-        raise RunError(f"arm {arm.get('name')}: engine must be `ours` or `llama-server`, not "
-                       f"{engine!r}")
-    return str(engine)

@@ -46,6 +46,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
+from adaspark.schema import arm_config
 from adaspark.serving.http import make_app
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.serving.service import ArmService
@@ -114,12 +115,13 @@ def fresh_store_dir(arm: str) -> Path:
 
 def serve(cfg: DictConfig, arm: DictConfig, opts: ServeOptions, *, exact: bool) -> int:
     """Load the arm and serve until interrupted."""
+    typed = arm_config(arm, f"arms.{arm.name}")
     import uvicorn
 
     sock = bind_socket(opts.host, opts.port)  # first: a taken port fails before the model loads
     try:
         store = opts.store or fresh_store_dir(str(arm.name))
-        service = ArmService(cfg, arm, exact=exact, store_dir=Path(store),
+        service = ArmService(cfg, typed, exact=exact, store_dir=Path(store),
                              chat_template=opts.chat_template, round_log=opts.round_log,
                              warmup=opts.warmup, tool_fallback=opts.tool_fallback)
     except BaseException:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from adaspark.decoding.drafter.base import Block, DrafterStats
 from adaspark.decoding.loop import Generation, generate
 from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule, make_rule
+from adaspark.schema import ArmConfig
 from adaspark.serving import chat, tool_calls
 from adaspark.serving.requests import TOOL_FALLBACKS, ChatRequest, RequestError
 
@@ -165,10 +166,11 @@ def _json_safe(v: Any) -> Any:
 class ArmService:
     """The one engine interface the routes call: render and tokenize a request, decode it.
 
-    Built from a composed config (``target``, ``drafter``, ``threads``) and one arm's config.
+    Built from a composed config (``target``, ``drafter``, ``threads``) and one arm's typed
+    config.
     """
 
-    def __init__(self, cfg: DictConfig, arm: DictConfig, *, exact: bool, store_dir: Path,
+    def __init__(self, cfg: DictConfig, arm: ArmConfig, *, exact: bool, store_dir: Path,
                  chat_template: Path | None = None, round_log: Path | None = None,
                  warmup: bool = True, tool_fallback: str = "generic") -> None:
         from adaspark.rules import arms
@@ -177,19 +179,17 @@ class ArmService:
             raise ValueError(f"tool_fallback must be one of {TOOL_FALLBACKS}, not "
                              f"{tool_fallback!r}")
         self.tool_fallback = tool_fallback
-        arm_d = OmegaConf.to_container(arm, resolve=True)
-        assert isinstance(arm_d, dict)
-        if arm_d.get("engine", "ours") != "ours":
-            raise ValueError(f"arm {arm_d.get('name')} runs on {arm_d.get('engine')}; start it "
+        if arm.engine != "ours":
+            raise ValueError(f"arm {arm.name} runs on {arm.engine}; start it "
                              "with adaspark.serving.llama_server, not `adaspark serve`")
-        keys = arms.rule_kwargs(arm)
+        keys = arm.rule
         store_dir.mkdir(parents=True, exist_ok=True)
         extra: dict[str, Any] = {}
         if "store" in keys:  # rules with a learned store keep it in the store directory
             extra["store"] = str(store_dir / "store.json")
         if "log_dir" in keys and round_log is not None:
             extra["log_dir"] = str(round_log)
-        self.arm = arm_d | {"rule_extra": extra}
+        self.arm = arm.as_mapping() | {"rule_extra": extra}
         self.exact = exact
         self.store_dir = store_dir
         self.parts = arms.build(cfg, arm, exact=exact, **extra)
@@ -207,7 +207,7 @@ class ArmService:
         ll_bos, ll_eos = self._special_texts()
         self.bos_text, self.eos_text = ll_bos, ll_eos
         self.caps = tool_calls.probe_template(self._render)
-        self.model_id = f"{cfg.target.name}:{arm_d.get('name')}"
+        self.model_id = f"{cfg.target.name}:{arm.name}"
         self.n_ctx = t.n_ctx
         self.busy = threading.Lock()
         self.current: Job | None = None

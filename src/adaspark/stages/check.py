@@ -33,8 +33,6 @@ from adaspark.runs.settings import (
     RunError,
     RunSettings,
     arm_config,
-    is_speculative,
-    rule_options,
 )
 from adaspark.runs.store import CRASH_FILE, RUN_FILE, SUMMARY_FILE, ResultStore
 from adaspark.stages import read_params, stage_main
@@ -99,8 +97,8 @@ def check_arm(cfg: Any, entry_text: str, run_dir: Path, settings: RunSettings,
             res.problems.append(f"the run used {key}={ran.get(key)!r}, the params say "
                                 f"{getattr(settings, key)!r}: run it again")
     arm = arm_config(cfg, entry)
-    res.speculative = is_speculative(arm)
-    res.width1_exempt = bool(rule_options(arm).get("offer_width1"))
+    res.speculative = arm.speculative
+    res.width1_exempt = bool(arm.rule.get("offer_width1"))
     rows_list = ResultStore(run_dir).rows()
     rows: dict[tuple[str, str, int, int], dict[str, Any]] = {}
     for r in rows_list:

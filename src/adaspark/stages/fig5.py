@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from adaspark.stages import load_params, stage_main
 from adaspark.stages.measured import (
@@ -88,11 +88,12 @@ def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = pri
     from adaspark.analysis.figures.fig5 import FIG5_COLUMNS
     from adaspark.decoding.loop import generate
     from adaspark.rules import arms as arm_parts
+    from adaspark.schema import check_arm, scheduler_mapping
     from adaspark.testset.microbench import RESERVE_TOKENS
 
     settings = Fig5Settings.from_section(params.get("fig5"))
     cfg = OmegaConf.create(params)
-    scheduler = cfg.get("scheduler")
+    scheduler = scheduler_mapping(cfg)
     arms = {w: pinned_arm(params, w) for w in settings.widths}
     rows: list[dict[str, Any]] = []
     with model_pair(cfg) as pair:
@@ -103,9 +104,8 @@ def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = pri
             for p in by_ctx[ctx][: settings.prompts_per_context]:
                 for w in settings.widths:
                     arm = arms[w]
-                    rule = arm_parts.make_arm_rule(OmegaConf.create(arm),
-                                                   scheduler if isinstance(scheduler, DictConfig)
-                                                   else None)
+                    rule = arm_parts.make_arm_rule(check_arm(arm, f"arms.{arm['name']}"),
+                                                   scheduler)
                     gen = generate(pair.target, list(p.token_ids), settings.max_tokens, rule,
                                    pair.drafter, int(cfg.drafter.block_positions))
                     rows.append({
