@@ -12,11 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
 from adaspark.config import ConfigError
+from adaspark.runs.rows import PROTOCOL_CAP
 from adaspark.schema import check_group, spec
 from adaspark.testset.subsets import SUBSETS
-
-#: The protocol cap (§4.1): a reply that reaches it is a loop.
-PROTOCOL_CAP = 8192
 
 
 class RunError(RuntimeError):
