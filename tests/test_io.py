@@ -239,9 +239,13 @@ def writes_in(tree: ast.AST) -> list[tuple[int, str]]:
         elif name == "open" and isinstance(func, ast.Name):
             mode = _mode(node, 1)
             what = None if isinstance(mode, str) and not WRITE_MODES & set(mode) else "open(w)"
-        elif name == "open" and isinstance(func, ast.Attribute) and owner not in ("z", "zipfile"):
+        elif name == "open" and isinstance(func, ast.Attribute):
+            # Path.open(mode); a first argument that is not a string is a member's name
+            # (ZipFile.open(name)), which reads
             mode = _mode(node, 0)
-            what = None if isinstance(mode, str) and not WRITE_MODES & set(mode) else ".open(w)"
+            unknown = mode is None and any(kw.arg == "mode" for kw in node.keywords)
+            writes = isinstance(mode, str) and bool(WRITE_MODES & set(mode))
+            what = ".open(w)" if unknown or writes else None
         elif name in PATH_WRITERS:
             if name in ("to_csv", "to_json") and not node.args and not any(
                     kw.arg == "path_or_buf" for kw in node.keywords):
@@ -265,6 +269,7 @@ os.replace(a, b)
 p.replace(q)
 open(p, "w")
 p.open("ab")
+p.open(mode=m)
 pq.write_table(t, p)
 shutil.copyfile(a, b)
 fig.savefig(out)
@@ -276,7 +281,7 @@ with atomic_path(out) as tmp:
     fig.savefig(tmp)
 '''
     lines = [line for line, _ in writes_in(ast.parse(source))]
-    assert lines == [2, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert lines == [2, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
 
 
 def test_no_module_but_io_writes_a_file() -> None:
