@@ -52,6 +52,9 @@ def test_committed_params_pass():
     ("arms.llamacpp-chain.server.spec_draft_n_max=0",
      "arms.llamacpp-chain.server.spec_draft_n_max=0", "an integer >= 1"),
     ("scheduler.cost_model.l1=abc", "scheduler.cost_model.l1='abc'", "a number"),
+    ("tables.bootstrap_method=bca", "tables.bootstrap_method='bca'", "one of 'percentile', 'BCa'"),
+    ("tables.n_resamples=0", "tables.n_resamples=0", "an integer >= 1"),
+    ("+tables.bootstrap_metod=BCa", "tables.bootstrap_metod", "tables takes bootstrap_method"),
 ])
 def test_nonsense_is_refused_with_key_value_and_allowed(override, key, allowed):
     with pytest.raises(ConfigError) as e:

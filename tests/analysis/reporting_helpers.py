@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from synthetic_runs import make_synthetic_runs, synthetic_params
 
-from adaspark.analysis.tables import Options
+from adaspark.analysis.records import Options
 from adaspark.stages import figures as figures_stage
 from adaspark.stages import report as report_stage
 from adaspark.stages import tables as tables_stage

@@ -129,9 +129,10 @@ def _rows(arm: str, repeat: int, plan: list[dict[str, Any]], cap: int, seed: int
 def _write_run(run_dir: Path, rows: list[dict[str, Any]], subset: str, cap: int,
                arm: str) -> None:
     from adaspark.runs.rows import ROW_SCHEMA
+    from adaspark.runs.store import ROWS_FILE, RUN_FILE
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), run_dir / inp.REPLIES_FILE)
+    pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), run_dir / ROWS_FILE)
     engine = "llama-server" if arm.startswith("llamacpp") else "ours"
     meta = {
         "synthetic": True,
@@ -145,7 +146,7 @@ def _write_run(run_dir: Path, rows: list[dict[str, Any]], subset: str, cap: int,
         "fingerprint_sha256": "synthetic",
         "created": "2026-01-01T00:00:00+00:00",
     }
-    (run_dir / inp.RUN_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    (run_dir / RUN_FILE).write_text(json.dumps(meta, indent=1) + "\n")
 
 
 def _instrumented(run_dir: Path, arm: str, plan: list[dict[str, Any]], cap: int,

@@ -14,7 +14,7 @@ from adaspark.analysis.figures.fig4 import source_change_ranks
 from adaspark.analysis.figures.fig5 import figure5_marginal_rows, marginal_points
 from adaspark.analysis.figures.fig10 import figure10_calibration
 from adaspark.analysis.figures.style import info_of, save
-from adaspark.analysis.tables import Options, Records
+from adaspark.analysis.records import Options, Records
 
 
 @pytest.mark.parametrize("name", list(FIGURES))

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from adaspark.analysis.figures import FIGURES
-from adaspark.analysis.records import MissingInputError
-from adaspark.analysis.tables import TABLES, Options, Records
+from adaspark.analysis.records import MissingInputError, Options, Records
+from adaspark.analysis.tables import TABLES
 from adaspark.stages import figures as figures_stage
 from adaspark.stages import tables as tables_stage
 

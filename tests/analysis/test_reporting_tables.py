@@ -10,9 +10,9 @@ import pytest
 from reporting_helpers import FAST, Built
 
 from adaspark.analysis import stats
-from adaspark.analysis.records import ADASPARK, CHAIN3, LLAMACPP_CHAIN
+from adaspark.analysis.records import ADASPARK, CHAIN3, LLAMACPP_CHAIN, Options, Records
 from adaspark.analysis.survey import survey_medians
-from adaspark.analysis.tables import TABLES, Options, Records
+from adaspark.analysis.tables import TABLES
 from adaspark.analysis.tables.render import DASH, formatted, missing_cells, write_table
 
 
@@ -122,3 +122,41 @@ def test_table7_reads_the_round_log(paper_runs: Path, fast: Options) -> None:
     assert len(chosen) > 0, "the synthetic instrumented run should have chosen widths"
     assert frame["of those, rounds the n-gram widened the verify"] == pytest.approx(
         chosen.astype(bool).mean())
+
+
+def test_the_bootstrap_method_reaches_the_comparisons_and_the_index(
+        default_runs: Path, tmp_path: Path, make_params) -> None:
+    from adaspark.analysis.tables.common import compare_or_none
+    from adaspark.stages import tables as tables_stage
+
+    tables = {"seed": 11, "n_resamples": 200, "bootstrap_method": "BCa"}
+    params = make_params(tmp_path / "params.yaml", "default", tables=tables)
+    options = tables_stage.options_from_params(tables_stage.load_params(params))
+    assert options.bootstrap_method == "BCa"
+    replies = Records(default_runs).replies("a test")
+    bca = compare_or_none(replies, ADASPARK, LLAMACPP_CHAIN, options)
+    percentile = compare_or_none(replies, ADASPARK, LLAMACPP_CHAIN, FAST)
+    assert (bca.method, percentile.method) == ("BCa", "percentile")
+    assert bca.ratio == percentile.ratio and (bca.lo, bca.hi) != (percentile.lo, percentile.hi)
+    out = tmp_path / "tables"
+    code = tables_stage.main(["--params", str(params), "--runs", str(default_runs), "--out",
+                              str(out), "--only", "table4"])
+    assert code == 0
+    assert json.loads((out / "tables.json").read_text())["bootstrap_method"] == "BCa"
+
+
+@pytest.mark.parametrize("stage", ["tables", "figures"])
+def test_a_bad_bootstrap_method_exits_2_naming_the_key_and_the_choices(
+        stage: str, default_runs: Path, tmp_path: Path, make_params,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    main = importlib.import_module(f"adaspark.stages.{stage}").main
+    params = make_params(tmp_path / "params.yaml", "default",
+                         tables={"seed": 11, "n_resamples": 200, "bootstrap_method": "bca"})
+    code = main(["--params", str(params), "--runs", str(default_runs), "--out",
+                 str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "tables.bootstrap_method='bca'" in err and "one of 'percentile', 'BCa'" in err
+    assert not (tmp_path / "out").exists()

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from adaspark.analysis import stats
-from adaspark.analysis.stats import Comparison, StatsInputError
+from adaspark.analysis import bootstrap, stats
+from adaspark.analysis.bootstrap import StatsInputError
+from adaspark.analysis.stats import Comparison
 
 
 def row(
@@ -100,7 +101,7 @@ def test_unequal_conversations_bootstrap_distribution_by_hand() -> None:
     # sqrt(8)).
     log_ratios = [0.0, math.log(8), math.log(8), math.log(8)]
     clusters = ["A", "B", "B", "B"]
-    ratio, lo, hi, boot = stats.bootstrap_geomean(log_ratios, clusters, seed=3)
+    ratio, lo, hi, boot = bootstrap.bootstrap_geomean(log_ratios, clusters, seed=3)
     assert ratio == pytest.approx(8**0.75)
     assert (lo, hi) == (pytest.approx(1.0), pytest.approx(8.0))
     assert len(boot) == 2000
@@ -484,7 +485,7 @@ def test_other_bad_input() -> None:
     with pytest.raises(StatsInputError, match="no per-reply rows"):
         stats.compare(frame.iloc[0:0], "a", "b")
     with pytest.raises(StatsInputError, match="cluster labels"):
-        stats.bootstrap_geomean([0.1, 0.2], ["x"])
+        bootstrap.bootstrap_geomean([0.1, 0.2], ["x"])
 
 
 def test_comparisons_frame() -> None:
@@ -493,3 +494,84 @@ def test_comparisons_frame() -> None:
     assert list(table["group"]) == ["spec-bench"]
     assert {"ratio", "lo", "hi", "n_replies", "seed", "n_resamples"} <= set(table.columns)
     assert isinstance(next(iter(groups.values())), Comparison)
+
+
+# ---------------------------------------------------------------------------------------------
+# scipy.stats.bootstrap against the hand-written resampler it replaced
+
+
+def numpy_bootstrap_log(log_ratios: np.ndarray, clusters: list[object], *, seed: int,
+                        n_resamples: int) -> np.ndarray:
+    """The old implementation (numpy, before scipy): resampled mean log ratios over clusters."""
+    codes = np.asarray(pd.factorize(pd.Series(clusters, dtype=object))[0])
+    n = int(codes.max()) + 1
+    cluster_sum = np.bincount(codes, weights=log_ratios, minlength=n)
+    cluster_n = np.bincount(codes, minlength=n).astype(float)
+    rng = np.random.default_rng(seed)
+    block = max(1, 4_000_000 // n)
+    boot = np.empty(n_resamples)
+    for start in range(0, n_resamples, block):
+        stop = min(n_resamples, start + block)
+        draws = rng.integers(0, n, size=(stop - start, n))
+        boot[start:stop] = cluster_sum[draws].sum(axis=1) / cluster_n[draws].sum(axis=1)
+    return boot
+
+
+def synthetic_log_ratios(seed: int) -> tuple[np.ndarray, list[object]]:
+    """The log ratios and conversations of a synthetic run: 40 conversations of 1 to 5 replies,
+    longer conversations faster (so a reply-weighted mean and a mean of conversation means
+    differ), through the same per-reply speeds the tables use (:func:`stats.arm_speeds`)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for c in range(40):
+        effect = rng.normal(0.08 * (c % 5), 0.2)
+        for t in range(1 + c % 5):
+            speed_b = 20.0 * math.exp(rng.normal(0.0, 0.2))
+            ratio = math.exp(0.3 + effect + rng.normal(0.0, 0.1))
+            rows += [row("a", f"c{c}", speed_b * ratio, turn=t), row("b", f"c{c}", speed_b, turn=t)]
+    a = stats.arm_speeds(pd.DataFrame(rows), "a")
+    b = stats.arm_speeds(pd.DataFrame(rows), "b")
+    log_ratio = np.log(a["decode_tps"].to_numpy()) - np.log(b["decode_tps"].to_numpy())
+    return log_ratio, list(a.index.get_level_values("conversation"))
+
+
+def test_scipy_bootstrap_agrees_with_the_numpy_one_within_monte_carlo_error() -> None:
+    # Two independent streams (different seeds) of n = 2,000 resamples each estimate the same
+    # percentile q_p of the bootstrap distribution. An estimate's rank error is about
+    # sqrt(p (1 - p) / n) in probability, the difference of two about sqrt(2) times that; allow
+    # 4 of those (d = 0.0197 at p = 0.025). The tolerance in value is the width of
+    # [q(p - d), q(p + d)] of a reference distribution of 200,000 resamples.
+    n, p = 2000, 0.025
+    log_ratios, clusters = synthetic_log_ratios(seed=21)
+    ratio, lo, hi, boot = bootstrap.bootstrap_geomean(log_ratios, clusters, seed=101,
+                                                      n_resamples=n)
+    old = numpy_bootstrap_log(log_ratios, clusters, seed=202, n_resamples=n)
+    old_lo, old_hi = np.exp(np.quantile(old, [p, 1 - p]))
+    reference = np.exp(numpy_bootstrap_log(log_ratios, clusters, seed=303, n_resamples=200_000))
+    d = 4 * math.sqrt(2 * p * (1 - p) / n)
+    for got, want, level in ((lo, old_lo, p), (hi, old_hi, 1 - p)):
+        below, above = np.quantile(reference, [level - d, level + d])
+        assert abs(got - want) <= above - below, (level, got, want, above - below)
+    assert ratio == pytest.approx(math.exp(log_ratios.mean()))
+    assert len(boot) == n and lo < ratio < hi
+
+
+def test_batches_bound_memory_without_changing_the_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    log_ratios, clusters = synthetic_log_ratios(seed=4)
+    whole = bootstrap.bootstrap_geomean(log_ratios, clusters, seed=9, n_resamples=500)
+    monkeypatch.setattr(bootstrap, "MAX_DRAW_ELEMENTS", 7 * 40)  # batches of 7 resamples
+    batched = bootstrap.bootstrap_geomean(log_ratios, clusters, seed=9, n_resamples=500)
+    assert whole[:3] == batched[:3]
+    np.testing.assert_array_equal(whole[3], batched[3])
+
+
+def test_bca_is_an_option_and_is_recorded() -> None:
+    frame = random_frame(30, 2, conversation_sd=0.3, reply_sd=0.1, seed=8)
+    percentile = stats.compare(frame, "a", "b", seed=5)
+    bca = stats.compare(frame, "a", "b", seed=5, method="BCa")
+    assert (percentile.method, bca.method) == ("percentile", "BCa")
+    assert bca.ratio == percentile.ratio
+    assert bca.lo < bca.ratio < bca.hi
+    assert (bca.lo, bca.hi) != (percentile.lo, percentile.hi)  # the same draws, another interval
+    with pytest.raises(StatsInputError, match=r"one of \['percentile', 'BCa'\], got 'bca'"):
+        stats.compare(frame, "a", "b", method="bca")  # type: ignore[arg-type]

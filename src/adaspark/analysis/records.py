@@ -41,7 +41,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import (
+    DEFAULT_BOOTSTRAP_METHOD,
+    DEFAULT_N_RESAMPLES,
+    DEFAULT_SEED,
+    BootstrapMethod,
+)
+from adaspark.runs.rows import KEY_COLUMNS, LOOPED, REQUIRED_COLUMNS
+from adaspark.runs.store import ROWS_FILE, RUN_FILE
 
 # ---------------------------------------------------------------------------------------------
 # Names
@@ -60,8 +67,6 @@ STAGE_FIGURES = "figures"
 
 ARMS_DIR = "arms"
 EXTRA_DIR = "extra"
-REPLIES_FILE = "replies.parquet"
-RUN_FILE = "run.json"
 ROUNDS_DIR = "rounds"
 SURVEY_FILE = Path("survey") / "survey.parquet"
 FIG5_FILE = Path("fig5") / "fig5.parquet"
@@ -282,11 +287,13 @@ def selection_from_params(params: Mapping[str, Any],
 @dataclass(frozen=True)
 class Options:
     """What every table's statistics share (§4.1): bootstrap seed and resamples, the band edge
-    of Tables 3 and 9, and the label of the target the runs served."""
+    of Tables 3 and 9, and the label of the target the runs served. ``bootstrap_method`` is
+    ``percentile`` (the paper) or ``BCa`` (:mod:`adaspark.analysis.bootstrap`)."""
 
     target: str = "target"
-    seed: int = stats.DEFAULT_SEED
-    n_resamples: int = stats.DEFAULT_N_RESAMPLES
+    seed: int = DEFAULT_SEED
+    n_resamples: int = DEFAULT_N_RESAMPLES
+    bootstrap_method: BootstrapMethod = DEFAULT_BOOTSTRAP_METHOD
     context_split_tokens: int = 2048
     preset: str = "default"
 
@@ -299,7 +306,7 @@ def read_replies(run_dir: Path) -> pd.DataFrame:
     """One arm's per-reply rows, in the order they were served (column ``order``)."""
     import pyarrow as pa
 
-    path = Path(run_dir) / REPLIES_FILE
+    path = Path(run_dir) / ROWS_FILE
     try:
         frame = pd.read_parquet(path)
     except (pa.ArrowException, OSError) as e:
@@ -331,14 +338,14 @@ def run_dirs(parent: Path) -> list[Path]:
     """Arm directories directly under ``parent`` that hold per-reply rows, sorted by name."""
     if not parent.is_dir():
         return []
-    return sorted(p for p in parent.iterdir() if (p / REPLIES_FILE).is_file())
+    return sorted(p for p in parent.iterdir() if (p / ROWS_FILE).is_file())
 
 
 def concat_replies(dirs: Iterable[Path]) -> pd.DataFrame:
     frames = [read_replies(d) for d in dirs]
     frames = [f for f in frames if not f.empty]
     if not frames:
-        return pd.DataFrame(columns=[*stats.REQUIRED_COLUMNS, "entry", "order"])
+        return pd.DataFrame(columns=[*REQUIRED_COLUMNS, "entry", "order"])
     return pd.concat(frames, ignore_index=True)
 
 
@@ -394,7 +401,7 @@ def request_summaries(replies: pd.DataFrame) -> pd.DataFrame:
     (``request_id``, ``tree_rounds``, ``labelled_nodes``, ``logloss_fitted``,
     ``logloss_head``, ``rounds_priced_fitted``, ``widths_learned``, ...).
     """
-    keep = ["arm", "repeat", "entry", *stats.KEY_COLUMNS, "status", "order"]
+    keep = ["arm", "repeat", "entry", *KEY_COLUMNS, "status", "order"]
     rows = []
     if "timings" in replies.columns:
         for rec in replies[[*keep, "timings"]].to_dict("records"):
@@ -419,9 +426,9 @@ def read_rounds(run_dir: Path, replies: pd.DataFrame | None = None) -> pd.DataFr
     if not parts:
         return pd.DataFrame()
     frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
-    if replies is None and (Path(run_dir) / REPLIES_FILE).is_file():
+    if replies is None and (Path(run_dir) / ROWS_FILE).is_file():
         replies = read_replies(run_dir)
-    keys = ["request_id", "arm", *stats.KEY_COLUMNS, "status", "order"]
+    keys = ["request_id", "arm", *KEY_COLUMNS, "status", "order"]
     if replies is not None and not replies.empty:
         summ = request_summaries(replies)
         if not summ.empty:
@@ -446,7 +453,7 @@ def without_looped(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows whose reply did not loop (loops are left out of every statistic, §4.3)."""
     if "status" not in frame.columns:
         return frame
-    return frame[frame["status"].astype(str) != stats.LOOPED]
+    return frame[frame["status"].astype(str) != LOOPED]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,7 +492,7 @@ class Records:
         if self.selection is None:
             return run_dirs(parent)
         names = self.selection.names(parent.relative_to(self.root).as_posix())
-        return [parent / n for n in sorted(set(names)) if (parent / n / REPLIES_FILE).is_file()]
+        return [parent / n for n in sorted(set(names)) if (parent / n / ROWS_FILE).is_file()]
 
     def _parents(self) -> list[Path]:
         return [self.root / ARMS_DIR, *sorted(p for p in (self.root / EXTRA_DIR).glob("*")
@@ -499,7 +506,7 @@ class Records:
         for parent, names in self.selection.dirs.items():
             for name in sorted(set(names)):
                 d = self.root / parent / name
-                if not (d / REPLIES_FILE).is_file():
+                if not (d / ROWS_FILE).is_file():
                     continue  # not run (yet): its cells are dashes
                 try:
                     meta = read_run_meta(d)
@@ -530,7 +537,7 @@ class Records:
     def replies(self, what: str = "this table") -> pd.DataFrame:
         """Every run of the main subset: ``runs/arms/*`` plus second runs (``extra/repeat``)."""
         if not self.main_dirs:
-            raise MissingInputError(what, self.root / ARMS_DIR / "<arm>" / REPLIES_FILE,
+            raise MissingInputError(what, self.root / ARMS_DIR / "<arm>" / ROWS_FILE,
                                     STAGE_RUN)
         key = "replies"
         if key not in self._cache:
@@ -561,7 +568,7 @@ class Records:
         parent = self.root / EXTRA_DIR / "instrumented"
         dirs = self.dirs(parent)
         if not dirs:
-            raise MissingInputError(what, parent / "<arm>" / REPLIES_FILE, STAGE_INSTRUMENTED)
+            raise MissingInputError(what, parent / "<arm>" / ROWS_FILE, STAGE_INSTRUMENTED)
         return dirs
 
     def instrumented_replies(self, what: str = "this figure") -> pd.DataFrame:

@@ -20,7 +20,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,10 +27,12 @@ from typing import Any
 
 import pandas as pd
 
-from adaspark.analysis import paper_values, stats
+from adaspark.analysis import paper_values
+from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import AR, LLAMACPP_CHAIN, Options, Records, selection_from_params
 from adaspark.analysis.tables.common import compare_or_none, throughput_or_none
 from adaspark.analysis.tables.render import DASH, ci_text, latex_escape, to_markdown
+from adaspark.io import scratch_dir, write_bytes, write_text
 
 TABLES_INDEX = "tables.json"
 FIGURES_INDEX = "figures.json"
@@ -265,7 +266,7 @@ def _why_section(records: Records, tables: dict[str, dict[str, Any]],
             ["set", "conversation", "turn", "reply"]))
     except FileNotFoundError:
         n = 0
-    from adaspark.runs.settings import PROTOCOL_CAP
+    from adaspark.runs.rows import PROTOCOL_CAP
     from adaspark.testset.subsets import PAPER_COUNTS
 
     sec.p(f"Protocol. This run served the {subset} subset ({n} distinct replies) with replies "
@@ -359,7 +360,7 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
         ar, ar_subset = records.ar_replies("the report")
         ov = arms_overview(records.replies("the report"), options, ar)
         ext.p("Decode tok/s on the client's clock; each arm over llama.cpp DSpark (geometric "
-              f"mean of per-reply ratios, {stats.DEFAULT_CONFIDENCE:.0%} bootstrap interval over "
+              f"mean of per-reply ratios, {DEFAULT_CONFIDENCE:.0%} bootstrap interval over "
               f"conversations) and its tok/s over our AR decode's on the {ar_subset} subset. "
               "adaspark-w1 is the extension arm that may choose width 1 (plain decode).")
         ext.tables(("Arms", *_frame_cells(ov)))
@@ -521,10 +522,10 @@ def write_report(runs: Path, tables_dir: Path, figures_dir: Path, out_dir: Path,
     sections = build_sections(Path(runs), Path(tables_dir), Path(figures_dir), params, options)
     written = []
     md = out_dir / "report.md"
-    md.write_text(render_markdown(sections, out_dir, title), encoding="utf-8")
+    write_text(md, render_markdown(sections, out_dir, title))
     written.append(md)
     page = out_dir / "report.html"
-    page.write_text(render_html(sections, title), encoding="utf-8")
+    write_text(page, render_html(sections, title))
     written.append(page)
     (out_dir / "report.pdf").unlink(missing_ok=True)  # never leave an older run's PDF
     engine = latex_engine()
@@ -539,9 +540,8 @@ def write_report(runs: Path, tables_dir: Path, figures_dir: Path, out_dir: Path,
 
 
 def _latex_pdf(tex: str, engine: str, out_dir: Path) -> Path | None:
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "report.tex"
-        src.write_text(tex, encoding="utf-8")
+    with scratch_dir() as tmp:
+        src = write_text(tmp / "report.tex", tex)
         argv = ([engine, str(src)] if engine == "tectonic"
                 else [engine, "-interaction=nonstopmode", "-halt-on-error", src.name])
         try:
@@ -550,15 +550,12 @@ def _latex_pdf(tex: str, engine: str, out_dir: Path) -> Path | None:
                                text=True, errors="replace")
         except (subprocess.SubprocessError, OSError) as e:
             log = out_dir / "report.latex.log"
-            shutil.copyfile(src, out_dir / "report.tex")
-            log.write_text(f"{' '.join(argv)}\n{e}\n{getattr(e, 'stdout', '') or ''}",
-                           encoding="utf-8")
+            write_text(out_dir / "report.tex", tex)
+            write_text(log, f"{' '.join(argv)}\n{e}\n{getattr(e, 'stdout', '') or ''}")
             print(f"report: no PDF: {engine} failed; its output is in {log}, the source in "
                   f"{out_dir / 'report.tex'}", file=sys.stderr)
             return None
-        made = Path(tmp) / "report.pdf"
+        made = tmp / "report.pdf"
         if not made.is_file():
             return None
-        dest = out_dir / "report.pdf"
-        shutil.copyfile(made, dest)
-        return dest
+        return write_bytes(out_dir / "report.pdf", made.read_bytes())

@@ -18,11 +18,11 @@ streamed as one token event ("single-delta") has no decode interval and is left 
 a reply cut by a shorter run cap ("cut") stays in and is counted. An arm that ran twice (AdaSpark's
 two runs, §3.4 and §4.1) has, on each reply, the mean of its runs' speeds.
 
-Per-reply row columns (at least): ``arm``, ``repeat`` (int), ``set`` (the source),
-``conversation``, ``turn``, ``reply`` (0, or 1 for the answer after a tool result), ``status``
-(``finished``, ``cut``, ``looped`` or ``single-delta``), ``decode_tps``, ``completion_tokens``,
-``prompt_tokens``. A reply is identified by ``(set, conversation, turn, reply)``; a conversation,
-the bootstrap's unit, by ``(set, conversation)``.
+Per-reply row columns (at least): :data:`adaspark.runs.rows.REQUIRED_COLUMNS` (``arm``,
+``repeat``, ``set`` (the source), ``conversation``, ``turn``, ``reply`` (0, or 1 for the answer
+after a tool result), ``status``, ``decode_tps``, ``completion_tokens``, ``prompt_tokens``). A reply
+is identified by ``(set, conversation, turn, reply)``; a conversation, the bootstrap's unit, by
+``(set, conversation)``.
 
 Arm selectors: ``"adaspark"`` selects every run of the arm (rows whose ``arm`` is ``adaspark``,
 or, when there are none, rows named ``adaspark@1``, ``adaspark@2``, ... as the ``preset=paper``
@@ -42,8 +42,7 @@ Choices the paper leaves open, made here and named by parameters:
 * the aggregate tok/s counts the decode tokens of the per-reply formula, ``completion_tokens - 1``
   per reply, over the decode time ``(completion_tokens - 1) / decode_tps``, so that on one run it
   equals summed decode tokens over summed client-clock decode intervals;
-* percentiles of the bootstrap distribution are taken on the log-ratio scale (linear
-  interpolation, NumPy's default) and mapped back with ``exp``.
+* the bootstrap (:mod:`adaspark.analysis.bootstrap`) takes its percentiles on the log-ratio scale.
 """
 
 from __future__ import annotations
@@ -57,20 +56,34 @@ from typing import Any, Literal, overload
 import numpy as np
 import pandas as pd
 
+from adaspark.analysis.bootstrap import (
+    DEFAULT_BOOTSTRAP_METHOD,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_N_RESAMPLES,
+    DEFAULT_SEED,
+    BootstrapMethod,
+    StatsInputError,
+    bootstrap_geomean,
+    check_int,
+    check_method,
+)
+from adaspark.runs.rows import (
+    CONVERSATION_COLUMNS,
+    CUT,
+    FINISHED,
+    KEY_COLUMNS,
+    LOOPED,
+    REQUIRED_COLUMNS,
+    SINGLE_DELTA,
+    STATUSES,
+)
+
 __all__ = [
     "BAND_COLUMN",
-    "DEFAULT_CONFIDENCE",
-    "DEFAULT_N_RESAMPLES",
-    "DEFAULT_SEED",
-    "KEY_COLUMNS",
-    "REQUIRED_COLUMNS",
-    "STATUSES",
     "ArmThroughput",
     "Comparison",
-    "StatsInputError",
     "arm_speeds",
     "arm_throughput",
-    "bootstrap_geomean",
     "compare",
     "compare_reply_level",
     "comparisons_frame",
@@ -79,43 +92,16 @@ __all__ = [
     "decode_tps",
 ]
 
-#: Columns identifying one timed reply across arms and runs.
-KEY_COLUMNS: tuple[str, ...] = ("set", "conversation", "turn", "reply")
-#: Columns identifying one conversation, the unit the bootstrap resamples (§4.1).
-CONVERSATION_COLUMNS: tuple[str, ...] = ("set", "conversation")
-REQUIRED_COLUMNS: tuple[str, ...] = (
-    "arm",
-    "repeat",
-    *KEY_COLUMNS,
-    "status",
-    "decode_tps",
-    "completion_tokens",
-    "prompt_tokens",
-)
-FINISHED, CUT, LOOPED, SINGLE_DELTA = "finished", "cut", "looped", "single-delta"
-STATUSES: tuple[str, ...] = (FINISHED, CUT, LOOPED, SINGLE_DELTA)
 # Worst status wins when an arm's runs disagree on a reply.
 _STATUS_RANK = {FINISHED: 0, CUT: 1, SINGLE_DELTA: 2, LOOPED: 3}
 _RANK_STATUS = {rank: status for status, rank in _STATUS_RANK.items()}
 
-#: Resamples of the percentile bootstrap (§4.1).
-DEFAULT_N_RESAMPLES = 2000
-#: Two-sided coverage of the interval (§4.1: 95%).
-DEFAULT_CONFIDENCE = 0.95
-#: Fixed seed of the bootstrap when the caller gives none; recorded in every result.
-DEFAULT_SEED = 20240601
 #: Context (tokens) separating Table 3's and Table 9's two bands.
 DEFAULT_CONTEXT_SPLIT_TOKENS = 2048
 #: Pseudo-column accepted by ``by=`` for the context band (Tables 3 and 9).
 BAND_COLUMN = "context_band"
 
 _SELECTOR_RE = re.compile(r"^(?P<base>.+)@(?P<repeat>\d+)$")
-# Bound on the size (elements) of one block of bootstrap draws, to bound memory.
-_MAX_DRAW_ELEMENTS = 4_000_000
-
-
-class StatsInputError(ValueError):
-    """Bad input to a statistics function: the message says what and where."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,6 +134,7 @@ class Comparison:
     confidence: float = DEFAULT_CONFIDENCE
     resample_unit: Literal["conversation", "reply"] = "conversation"
     group: Hashable | None = None
+    method: BootstrapMethod = DEFAULT_BOOTSTRAP_METHOD
 
     def as_dict(self) -> dict[str, Any]:
         """Plain mapping, for a record or a table row."""
@@ -365,16 +352,9 @@ def arm_speeds(df: pd.DataFrame, arm: str) -> pd.DataFrame:
     out["status"] = out.pop("status_rank").map(_RANK_STATUS)
     untimed = out["status"].isin([LOOPED, SINGLE_DELTA])
     out.loc[untimed, "decode_tps"] = np.nan
-    return out[
-        [
-            "decode_tps",
-            "status",
-            "completion_tokens",
-            "prompt_tokens",
-            "context_tokens",
-            "n_repeats",
-        ]
-    ]
+    columns = ["decode_tps", "status", "completion_tokens", "prompt_tokens", "context_tokens",
+               "n_repeats"]
+    return out[columns]
 
 
 def count_looped(df: pd.DataFrame, arms: Sequence[str]) -> int:
@@ -384,72 +364,6 @@ def count_looped(df: pd.DataFrame, arms: Sequence[str]) -> int:
         speeds = arm_speeds(df, arm)
         keys.update(speeds.index[speeds["status"] == LOOPED])
     return len(keys)
-
-
-# ---------------------------------------------------------------------------------------------
-# Bootstrap
-
-
-def bootstrap_geomean(
-    log_ratios: np.ndarray | Sequence[float],
-    clusters: np.ndarray | Sequence[Hashable] | None = None,
-    *,
-    seed: int = DEFAULT_SEED,
-    n_resamples: int = DEFAULT_N_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-) -> tuple[float, float, float, np.ndarray]:
-    """Geometric mean of ratios and its percentile bootstrap interval (§4.1).
-
-    ``log_ratios`` holds one log ratio per reply. With ``clusters`` (one label per reply: its
-    conversation) each resample draws as many clusters as there are, with replacement, and takes
-    every reply of each drawn cluster; with ``clusters=None`` each reply is its own cluster (the
-    reply-level bootstrap, which ignores correlation within a conversation). Each resample's
-    statistic is the mean log ratio over the replies it holds.
-
-    Returns ``(ratio, lo, hi, boot_ratios)``: the point estimate ``exp(mean(log_ratios))``, the
-    ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` percentiles of the resampled ratios, and
-    the resampled ratios themselves (length ``n_resamples``).
-    """
-    values = np.asarray(log_ratios, dtype=float)
-    if values.ndim != 1 or values.size == 0:
-        raise StatsInputError("bootstrap needs a non-empty 1-D array of log ratios")
-    if not np.all(np.isfinite(values)):
-        raise StatsInputError("bootstrap log ratios must be finite")
-    n_resamples = _check_int(n_resamples, "n_resamples", minimum=1)
-    seed = _check_int(seed, "seed", minimum=0)
-    if not (isinstance(confidence, float | int) and 0.0 < float(confidence) < 1.0):
-        raise StatsInputError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
-    if clusters is None:
-        codes = np.arange(values.size)
-    else:
-        labels = list(clusters)
-        if len(labels) != values.size:
-            raise StatsInputError(f"{len(labels)} cluster labels for {values.size} log ratios")
-        codes, _ = pd.factorize(pd.Series(labels, dtype=object))
-        codes = np.asarray(codes)
-    n_clusters = int(codes.max()) + 1
-    cluster_sum = np.bincount(codes, weights=values, minlength=n_clusters)
-    cluster_n = np.bincount(codes, minlength=n_clusters).astype(float)
-
-    rng = np.random.default_rng(seed)
-    block = max(1, _MAX_DRAW_ELEMENTS // n_clusters)
-    boot_log = np.empty(n_resamples)
-    for start in range(0, n_resamples, block):
-        stop = min(n_resamples, start + block)
-        draws = rng.integers(0, n_clusters, size=(stop - start, n_clusters))
-        boot_log[start:stop] = cluster_sum[draws].sum(axis=1) / cluster_n[draws].sum(axis=1)
-    alpha = (1.0 - float(confidence)) / 2.0
-    lo_log, hi_log = np.quantile(boot_log, [alpha, 1.0 - alpha])
-    point = float(np.exp(values.mean()))
-    return point, float(np.exp(lo_log)), float(np.exp(hi_log)), np.exp(boot_log)
-
-
-def _check_int(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise StatsInputError(f"{name} must be an integer, got {value!r}")
-    if int(value) < minimum:
-        raise StatsInputError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,6 +428,7 @@ def _compare_pairs(
     n_resamples: int,
     confidence: float,
     resample_unit: Literal["conversation", "reply"],
+    method: BootstrapMethod,
     n_unpaired: int,
     group: Hashable | None,
     empty_ok: bool,
@@ -536,6 +451,7 @@ def _compare_pairs(
         "confidence": float(confidence),
         "resample_unit": resample_unit,
         "group": group,
+        "method": method,
     }
     if kept.empty:
         if not empty_ok:
@@ -559,6 +475,7 @@ def _compare_pairs(
         seed=seed,
         n_resamples=n_resamples,
         confidence=confidence,
+        method=method,
     )
     return Comparison(
         ratio=ratio,
@@ -583,9 +500,11 @@ def _compare(
     context_arm: str | None,
     context_split_tokens: int,
     resample_unit: Literal["conversation", "reply"],
+    method: BootstrapMethod,
 ) -> Comparison | dict[Hashable, Comparison]:
-    seed = _check_int(seed, "seed", minimum=0)
-    n_resamples = _check_int(n_resamples, "n_resamples", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
+    n_resamples = check_int(n_resamples, "n_resamples", minimum=1)
+    method = check_method(method)
     pairs, n_unpaired = _paired(df, arm_a, arm_b)
     options: dict[str, Any] = {
         "arm_a": arm_a,
@@ -594,6 +513,7 @@ def _compare(
         "n_resamples": n_resamples,
         "confidence": confidence,
         "resample_unit": resample_unit,
+        "method": method,
     }
     if by is None:
         return _compare_pairs(pairs, n_unpaired=n_unpaired, group=None, empty_ok=False, **options)
@@ -617,6 +537,7 @@ def compare(
     confidence: float = ...,
     context_arm: str | None = ...,
     context_split_tokens: int = ...,
+    method: BootstrapMethod = ...,
 ) -> Comparison: ...
 
 
@@ -632,6 +553,7 @@ def compare(
     confidence: float = ...,
     context_arm: str | None = ...,
     context_split_tokens: int = ...,
+    method: BootstrapMethod = ...,
 ) -> dict[Hashable, Comparison]: ...
 
 
@@ -646,15 +568,17 @@ def compare(
     confidence: float = DEFAULT_CONFIDENCE,
     context_arm: str | None = None,
     context_split_tokens: int = DEFAULT_CONTEXT_SPLIT_TOKENS,
+    method: BootstrapMethod = DEFAULT_BOOTSTRAP_METHOD,
 ) -> Comparison | dict[Hashable, Comparison]:
     """Arm A over arm B as the paper compares arms (§4.1; Tables 3-6, 8, 9; Figure 6).
 
     The geometric mean over replies of ``speed_a / speed_b`` (each arm's speed on a reply being
-    the mean over its runs, :func:`arm_speeds`), with a percentile bootstrap interval that
-    resamples whole conversations (``n_resamples`` resamples from ``seed``, both recorded in the
-    result). Replies looped in either arm are left out and counted, then single-delta replies
-    in either arm; cut replies stay in and are counted; replies only one arm served are left
-    out and counted as ``n_unpaired``.
+    the mean over its runs, :func:`arm_speeds`), with a bootstrap interval that resamples whole
+    conversations (:func:`~adaspark.analysis.bootstrap.bootstrap_geomean`: ``n_resamples``
+    resamples from ``seed``, ``method`` percentile or BCa, all recorded in the result). Replies
+    looped in either arm are left out and counted, then single-delta replies in either arm; cut
+    replies stay in and are counted; replies only one arm served are left out and counted as
+    ``n_unpaired``.
 
     ``by=None`` gives one :class:`Comparison` over all replies and raises
     :class:`StatsInputError` when none is left. ``by="set"`` (per source, Tables 6 and 8),
@@ -674,6 +598,7 @@ def compare(
         context_arm=context_arm,
         context_split_tokens=context_split_tokens,
         resample_unit="conversation",
+        method=method,
     )
 
 
@@ -703,6 +628,7 @@ def compare_reply_level(
         context_arm=None,
         context_split_tokens=DEFAULT_CONTEXT_SPLIT_TOKENS,
         resample_unit="reply",
+        method=DEFAULT_BOOTSTRAP_METHOD,
     )
     assert isinstance(result, Comparison)
     return result

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaspark.analysis.stats import CUT, FINISHED, LOOPED, SINGLE_DELTA
-from adaspark.runs.rows import ReplyRow
+from adaspark.runs.rows import CUT, FINISHED, LOOPED, SINGLE_DELTA, ReplyRow
 from adaspark.runs.settings import ArmEntry
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +105,7 @@ def summarize(entry: ArmEntry, engine: str, out_dir: Path, rows: list[dict[str, 
     import pandas as pd
 
     from adaspark.analysis import stats
+    from adaspark.analysis.bootstrap import StatsInputError
 
     s = ArmSummary(entry.entry, engine, str(out_dir), len(rows), n_expected,
                    resumed_from=resumed_from, wall_s=wall_s)
@@ -120,7 +120,7 @@ def summarize(entry: ArmEntry, engine: str, out_dir: Path, rows: list[dict[str, 
         else float("nan")
     try:
         s.tokens_per_s = stats.arm_throughput(df, entry.name).tokens_per_s
-    except stats.StatsInputError:
+    except StatsInputError:
         pass
     return s
 

@@ -8,16 +8,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+from adaspark.io import arrow_schema
 
-from adaspark.analysis.stats import CUT, FINISHED, LOOPED, SINGLE_DELTA
-from adaspark.runs.settings import ArmEntry
-from adaspark.serving.client import Reply
-from adaspark.testset import Conversation
+if TYPE_CHECKING:  # annotations only: the schema stays importable without the runner's parts
+    from adaspark.runs.settings import ArmEntry
+    from adaspark.serving.client import Reply
+    from adaspark.testset import Conversation
+
+#: Columns identifying one timed reply across arms and runs.
+KEY_COLUMNS: tuple[str, ...] = ("set", "conversation", "turn", "reply")
+#: Columns identifying one conversation, the unit the bootstrap resamples (§4.1).
+CONVERSATION_COLUMNS: tuple[str, ...] = ("set", "conversation")
+#: Columns the statistics read (:mod:`adaspark.analysis.stats`).
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "arm",
+    "repeat",
+    *KEY_COLUMNS,
+    "status",
+    "decode_tps",
+    "completion_tokens",
+    "prompt_tokens",
+)
+FINISHED, CUT, LOOPED, SINGLE_DELTA = "finished", "cut", "looped", "single-delta"
+STATUSES: tuple[str, ...] = (FINISHED, CUT, LOOPED, SINGLE_DELTA)
+#: The protocol's reply cap (tokens): a reply that reaches it is ``looped`` (HARNESS "Caps and
+#: loops"); a run's own shorter cap (``run.cap``) makes ``cut`` replies instead.
+PROTOCOL_CAP = 8192
 
 # ---------------------------------------------------------------------------------------------
 # Rows
@@ -68,9 +88,7 @@ class ReplyRow:
         return (self.set, self.conversation, self.turn, self.reply)
 
 
-_ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(),
-          "int": pa.int64(), "float": pa.float64(), "str": pa.string()}
-ROW_SCHEMA = pa.schema([(f.name, _ARROW[f.type]) for f in fields(ReplyRow)])
+ROW_SCHEMA = arrow_schema(ReplyRow)
 
 
 def _nan(v: Any) -> float:

@@ -61,7 +61,7 @@ from adaspark.runs.settings import (
     RunSettings,
     arm_config,
 )
-from adaspark.runs.store import CRASH_FILE, SUMMARY_FILE, ResultStore
+from adaspark.runs.store import CRASH_FILE, SUMMARY_FILE, ResultStore, write_run_json
 from adaspark.serving.client import ChatClient, Reply, ServerReplyError
 from adaspark.testset import SetFile, load_checked_sets
 
@@ -182,13 +182,13 @@ def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
                         if n_conv < p.n_timed:  # a tool turn answered without a call
                             view.reply(entry.entry, None, p.n_timed - n_conv)
     except BaseException as e:
-        store._write_json(out_dir / CRASH_FILE, {
+        write_run_json(out_dir / CRASH_FILE, {
             "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
             "time": datetime.now(UTC).isoformat()})
         raise
     summary = summarize(entry, engine, out_dir, store.rows(), n_expected, resumed_from,
                         time.monotonic() - t_start)
-    store._write_json(out_dir / SUMMARY_FILE, asdict(summary))
+    write_run_json(out_dir / SUMMARY_FILE, asdict(summary))
     return summary
 
 

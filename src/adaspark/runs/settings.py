@@ -10,11 +10,9 @@ from typing import Any
 
 from adaspark import paths
 from adaspark.config import ConfigError
+from adaspark.runs.rows import PROTOCOL_CAP
 from adaspark.schema import ArmConfig, check_arm, check_group, spec
 from adaspark.testset.subsets import SUBSETS
-
-#: The protocol cap (§4.1): a reply that reaches it is a loop.
-PROTOCOL_CAP = 8192
 
 
 class RunError(RuntimeError):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from adaspark.io import write_json, write_parquet
 from adaspark.runs.rows import ROW_SCHEMA, ReplyRow
 from adaspark.runs.settings import RunError, RunMismatchError
 
@@ -43,6 +43,11 @@ def corrupt_file_message(path: Path, error: Any) -> str:
     return (f"{path} cannot be read ({error}): it is damaged or not a file a run wrote. Delete "
             f"it (or the whole directory {path.parent}) to run again from the start, or use "
             "another output directory")
+
+
+def write_run_json(path: Path, obj: Any) -> None:
+    """One of a run directory's JSON files (``run.json``, ``summary.json``, ``crash.json``)."""
+    write_json(path, obj, default=str)
 
 
 class ResultStore:
@@ -75,7 +80,7 @@ class ResultStore:
         else:
             from adaspark.provenance import git_state
 
-            self._write_json(self.run_path, {"fingerprint": fingerprint,
+            write_run_json(self.run_path, {"fingerprint": fingerprint,
                                              "fingerprint_sha256": digest,
                                              "created": datetime.now(UTC).isoformat(),
                                              "git": git_state()})
@@ -85,13 +90,7 @@ class ResultStore:
         """Add keys to ``run.json`` (server metadata, resumes)."""
         d = self.run_meta()
         d.update(extra)
-        self._write_json(self.run_path, d)
-
-    @staticmethod
-    def _write_json(path: Path, obj: Any) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False, default=str) + "\n")
-        os.replace(tmp, path)
+        write_run_json(self.run_path, d)
 
     def run_meta(self) -> dict[str, Any]:
         """``run.json``; a :class:`RunError` naming the file when it is not a JSON object."""
@@ -120,8 +119,4 @@ class ResultStore:
         new = pa.Table.from_pylist([asdict(row)], schema=ROW_SCHEMA)
         old = self.table()
         table = pa.concat_tables([old.cast(ROW_SCHEMA), new]) if old.num_rows else new
-        tmp = self.rows_path.with_name(ROWS_FILE + ".tmp")
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self.rows_path)
+        write_parquet(self.rows_path, table)

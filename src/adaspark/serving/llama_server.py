@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from adaspark import paths
+from adaspark.io import open_append
 from adaspark.model_files import recorded_sha256
 
 LOOPBACK = "127.0.0.1"
@@ -195,8 +196,7 @@ class ServerProcess:
         return "\n".join(lines[-n:])
 
     def start(self) -> ServerProcess:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("ab")
+        self._log = open_append(self.log_path)
         self._log.write(f"\n$ {' '.join(self.argv)}\n".encode())
         self._log.flush()
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,

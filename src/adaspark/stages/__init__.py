@@ -2,13 +2,14 @@
 
 import argparse
 import functools
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+
+from adaspark.io import write_json
 
 
 def read_params(path: str | Path) -> DictConfig:
@@ -88,8 +89,5 @@ def output_args(doc: str, out: str, example: str) -> argparse.ArgumentParser:
 
 
 def write_index(path: Path, index: dict[str, Any]) -> None:
-    """A stage's JSON index of what it wrote, atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """A stage's JSON index of what it wrote, atomically (:func:`adaspark.io.write_json`)."""
+    write_json(path, index)

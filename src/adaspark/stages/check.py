@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaspark.analysis.stats import CUT, LOOPED, SINGLE_DELTA
+from adaspark.io import write_json
 from adaspark.runs.conversation import Planned, plan_subset
+from adaspark.runs.rows import CUT, LOOPED, SINGLE_DELTA
 from adaspark.runs.settings import (
     ArmEntry,
     RunError,
@@ -167,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RunError, FileNotFoundError) as e:
         print(f"check: {e}", file=sys.stderr)
         return 1
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(a.out, report, ensure_ascii=True)
     for entry, r in report["arms"].items():
         c = r["counts"]
         extra = ("" if r["width1_share"] is None

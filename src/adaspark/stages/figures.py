@@ -20,8 +20,7 @@ from matplotlib.figure import Figure
 from adaspark.analysis.figures import FIGURES
 from adaspark.analysis.figures.style import info_of, save
 from adaspark.analysis.outputs import build_outputs
-from adaspark.analysis.records import RunSelection, selection_from_params
-from adaspark.analysis.tables import Options
+from adaspark.analysis.records import Options, RunSelection, selection_from_params
 from adaspark.stages import load_params, output_args, stage_main, write_index
 from adaspark.stages.tables import options_from_params
 

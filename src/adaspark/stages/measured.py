@@ -5,7 +5,6 @@ provenance)."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 from omegaconf import DictConfig
+
+from adaspark.io import atomic_path, write_json
 
 
 def section_values(cls: type, section: dict[str, Any] | None, name: str) -> dict[str, Any]:
@@ -94,13 +95,11 @@ def write_outputs(out: Path, name: str, frame: pd.DataFrame, meta: dict[str, Any
     from adaspark import provenance
     from adaspark.analysis.report import machine_info
 
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{name}.parquet.tmp"
-    frame.to_parquet(tmp, index=False)
-    tmp.replace(out / f"{name}.parquet")
+    with atomic_path(out / f"{name}.parquet") as tmp:
+        frame.to_parquet(tmp, index=False)
     meta = {**meta, "kernels": "fast", "wall_s": time.perf_counter() - pair.started,
             "machine": machine_info(),
             "provenance": provenance.run_metadata(
                 {k: params.get(k) for k in ("target", "drafter", "threads")}, pair.files)}
-    (out / f"{name}.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    write_json(out / f"{name}.json", meta, ensure_ascii=True, default=str)
     return out / f"{name}.parquet"

@@ -7,11 +7,11 @@ uses against the committed manifest (``data/models.json``), and record the check
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from adaspark import model_files
+from adaspark.io import write_json
 from adaspark.stages import load_params, stage_main
 
 
@@ -34,10 +34,7 @@ def check_models(params: dict, out: Path) -> dict[str, dict]:
             digest = model_files.check_file(entry, path)
             record[role] = {"path": str(path), "bytes": path.stat().st_size, "sha256": digest,
                             "manifest": key}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(out)
+    write_json(out, record, indent=2, ensure_ascii=True)
     return record
 
 

@@ -9,11 +9,12 @@ whose input is missing is not written: the stage names the stage that makes the 
 after writing the others.
 
 Reads from the params file: ``target.name`` (the label), ``preset.name`` and the ``tables``
-section (``seed``, ``n_resamples``, ``context_split_tokens``: the bootstrap of §4.1, recorded in
-``tables.json``), and which runs to read: ``run_arms`` and ``extra_runs`` name the directories,
-``target``, ``drafter``, ``run.subset``, ``extra_runs.<group>.subset``, ``run.cap`` and
-``preset.name`` what each must have recorded (:class:`adaspark.analysis.records.RunSelection`;
-other directories under ``--runs`` are left out, a named one that disagrees fails the stage).
+section (``seed``, ``n_resamples``, ``bootstrap_method`` (``percentile``, the paper's, or
+``BCa``), ``context_split_tokens``: the bootstrap of §4.1, recorded in ``tables.json``), and which
+runs to read: ``run_arms`` and ``extra_runs`` name the directories, ``target``, ``drafter``,
+``run.subset``, ``extra_runs.<group>.subset``, ``run.cap`` and ``preset.name`` what each must have
+recorded (:class:`adaspark.analysis.records.RunSelection`; other directories under ``--runs`` are
+left out, a named one that disagrees fails the stage).
 """
 
 from __future__ import annotations
@@ -24,22 +25,31 @@ from typing import Any
 
 import pandas as pd
 
-from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import (
+    DEFAULT_BOOTSTRAP_METHOD,
+    DEFAULT_N_RESAMPLES,
+    DEFAULT_SEED,
+)
 from adaspark.analysis.outputs import build_outputs
-from adaspark.analysis.records import RunSelection, selection_from_params
-from adaspark.analysis.tables import TABLES, Options
+from adaspark.analysis.records import Options, RunSelection, selection_from_params
+from adaspark.analysis.tables import TABLES
 from adaspark.analysis.tables.render import formatted, missing_cells, write_table
+from adaspark.schema import TablesOptions, check_group
 from adaspark.stages import load_params, output_args, stage_main, write_index
 
 
 def options_from_params(params: dict[str, Any]) -> Options:
-    """The statistics options of the ``tables`` params section, and the target's label."""
-    section = dict(params.get("tables") or {})
+    """The statistics options of the ``tables`` params section (checked by
+    :class:`adaspark.schema.TablesOptions`; a missing key takes
+    :mod:`adaspark.analysis.bootstrap`'s default), and the target's label."""
+    section = check_group(TablesOptions, params.get("tables") or {}, "tables", extra="refuse",
+                          partial=True)
     preset = params.get("preset")
     return Options(
         target=str((params.get("target") or {}).get("name") or "target"),
-        seed=int(section.get("seed", stats.DEFAULT_SEED)),
-        n_resamples=int(section.get("n_resamples", stats.DEFAULT_N_RESAMPLES)),
+        seed=int(section.get("seed", DEFAULT_SEED)),
+        n_resamples=int(section.get("n_resamples", DEFAULT_N_RESAMPLES)),
+        bootstrap_method=section.get("bootstrap_method", DEFAULT_BOOTSTRAP_METHOD),
         context_split_tokens=int(section.get("context_split_tokens", 2048)),
         preset=str(preset.get("name") if isinstance(preset, dict) else preset or "default"),
     )
@@ -61,7 +71,7 @@ def write_tables(runs: Path, out: Path, options: Options, only: list[str] | None
 
     entries, errors = build_outputs(TABLES, runs, options, only, write, selection)
     index = {"preset": options.preset, "target": options.target, "seed": options.seed,
-             "n_resamples": options.n_resamples,
+             "n_resamples": options.n_resamples, "bootstrap_method": options.bootstrap_method,
              "context_split_tokens": options.context_split_tokens, "runs": str(runs),
              "tables": entries}
     write_index(out / "tables.json", index)

@@ -18,7 +18,6 @@ Plain arguments, no Hydra: the pipeline maps its params onto them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from adaspark import paths
+from adaspark.io import write_bytes, write_json
 from adaspark.testset.build import BuildLog, Built, Probe, build_sets, shown
 from adaspark.testset.lock import (
     LOCK_FILE,
@@ -98,21 +98,17 @@ def run(
         "log": log.lines,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "lock-check.json").write_text(
-        json.dumps(report, ensure_ascii=False, indent=1) + "\n"
-    )
+    write_json(out_dir / "lock-check.json", report)
     if not (ok or allow_mismatch):
         for stale in [*(f"{n}.json" for n in SET_NAMES), "subsets.json"]:
             (out_dir / stale).unlink(missing_ok=True)  # nothing to run on from an earlier run
     else:
         for name in SET_NAMES:
             if name in built:
-                (out_dir / f"{name}.json").write_bytes(built[name].data)
+                write_bytes(out_dir / f"{name}.json", built[name].data)
         if len(built) == len(SET_NAMES):
             sets = [built[n].set_file for n in SET_NAMES]
-            (out_dir / "subsets.json").write_text(
-                json.dumps(subsets_to_json(sets), ensure_ascii=False, indent=1) + "\n"
-            )
+            write_json(out_dir / "subsets.json", subsets_to_json(sets))
     return StageResult(ok, (not ok) and allow_mismatch, report, log.lines)
 
 

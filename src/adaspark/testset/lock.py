@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from adaspark import paths
+from adaspark.io import write_json
 from adaspark.testset.model import (
     SET_NAMES,
     Conversation,
@@ -131,7 +132,7 @@ def read_lock(path: Path | None = None) -> Lock:
 
 def write_lock(lock: Lock, path: Path | None = None) -> Path:
     path = path or lock_path()
-    path.write_text(json.dumps(lock_to_json(lock), ensure_ascii=False, indent=1) + "\n")
+    write_json(path, lock_to_json(lock))
     return path
 
 

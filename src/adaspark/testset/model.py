@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaspark.io import write_bytes
+
 #: Text the SPEED-Bench ``qualitative`` config publishes in place of some items.
 PLACEHOLDER_MARK = "FULL BENCHMARK DATA SHOULD BE FETCHED"
 
@@ -267,6 +269,5 @@ def read_set(path: Path) -> SetFile:
 def write_set(s: SetFile, path: Path) -> bytes:
     """Write ``s`` in the published format and return the bytes written."""
     data = dumps_set(s).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    write_bytes(path, data)
     return data

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from adaspark.analysis import stats
 from adaspark.analysis.figures.style import COLOURS, attach_caption, not_run, panels, style
 from adaspark.analysis.records import SOURCE_ABBR, STAGE_INSTRUMENTED, STAGE_RUN, Options, Records
 from adaspark.analysis.tables.table2 import adaspark_summaries
+from adaspark.runs.rows import LOOPED
 
 FILLED_BY = "every preset that runs AdaSpark (the run or the instrumented stage)"
 
@@ -46,7 +46,7 @@ def source_change_ranks(reduction: pd.Series, sources: pd.Series) -> list[tuple[
 def figure4_acceptance_per_request(summaries: pd.DataFrame, target: str) -> Figure:
     """Figure 4 from one run's request summaries in serving order (``order``)."""
     s = summaries.sort_values("order", kind="stable")
-    s = s[s["status"].astype(str) != stats.LOOPED] if "status" in s.columns else s
+    s = s[s["status"].astype(str) != LOOPED] if "status" in s.columns else s
     ok = s["logloss_fitted"].notna() & s["logloss_head"].notna() if len(s) else []
     s = s[ok] if len(s) else s
     with style():

@@ -16,7 +16,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.figures.style import COLOURS, attach_caption, not_run, panels, style
 from adaspark.analysis.records import ADASPARK, CHAIN3, LLAMACPP_CHAIN, STAGE_RUN, Options, Records
 from adaspark.analysis.tables.common import compare_or_none
@@ -65,7 +65,7 @@ def figure6_gain_factors(replies: pd.DataFrame, target: str, options: Options) -
             f"Where the gain over llama.cpp comes from on {target}. The engine factor is our "
             "engine's 3-pick chain over llama.cpp DSpark (the same algorithm); the scheduler "
             "factor is AdaSpark over that chain, on the same engine; the total is AdaSpark over "
-            f"llama.cpp DSpark. Whiskers are {stats.DEFAULT_CONFIDENCE:.0%} bootstrap intervals "
+            f"llama.cpp DSpark. Whiskers are {DEFAULT_CONFIDENCE:.0%} bootstrap intervals "
             "over conversations. " + "; ".join(parts) + "."
             + (f" Product of the two factors: {prod:.2f}×." if not math.isnan(prod) else "")
         )

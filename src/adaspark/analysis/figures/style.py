@@ -16,6 +16,8 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from adaspark.io import atomic_path
+
 NOT_RUN = "not run in this preset"
 #: Okabe-Ito, colour-blind safe: one colour per series role.
 COLOURS: dict[str, str] = {
@@ -111,9 +113,10 @@ def save(fig: Figure, out_dir: Path, name: str, *, close: bool = True) -> list[P
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     with style():
-        fig.savefig(paths[0], dpi=150, metadata={"Software": None})
-        fig.savefig(paths[1], metadata={"CreationDate": None, "Creator": None,
-                                        "Producer": None})
+        with atomic_path(paths[0]) as tmp:
+            fig.savefig(tmp, dpi=150, metadata={"Software": None})
+        with atomic_path(paths[1]) as tmp:
+            fig.savefig(tmp, metadata={"CreationDate": None, "Creator": None, "Producer": None})
     if close:
         plt.close(fig)
     return paths

@@ -9,7 +9,6 @@ the CSV / Markdown / LaTeX files are :mod:`adaspark.analysis.tables.render`'s.
 from __future__ import annotations
 
 from adaspark.analysis.outputs import OutputSpec, registry
-from adaspark.analysis.records import Options, Records
 from adaspark.analysis.tables import (
     table1,
     table2,
@@ -27,4 +26,4 @@ TABLES: dict[str, OutputSpec] = registry(
     "Table", "table", (table1, table2, table3, table4, table5, table6, table7, table8, table9,
                        table10), start=1)
 
-__all__ = ["TABLES", "Options", "Records"]
+__all__ = ["TABLES"]

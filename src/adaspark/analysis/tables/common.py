@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import StatsInputError
 from adaspark.analysis.records import Options, has_arm
 
 NOT_RUN = "not run in this preset"
@@ -32,8 +33,9 @@ def compare_or_none(
         return stats.compare(
             replies, arm_a, arm_b, seed=options.seed, n_resamples=options.n_resamples, by=by,
             context_arm=context_arm, context_split_tokens=options.context_split_tokens,
+            method=options.bootstrap_method,
         )
-    except stats.StatsInputError:
+    except StatsInputError:
         return None
 
 
@@ -47,7 +49,7 @@ def throughput_or_none(
     assert replies is not None
     try:
         return stats.arm_throughput(replies, arm, by=by)
-    except stats.StatsInputError:
+    except StatsInputError:
         return None
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from adaspark.io import write_text
+
 DASH = "–"
 MINUS = "−"
 TIMES = "×"
@@ -187,7 +189,7 @@ def write_table(frame: pd.DataFrame, out_dir: Path, name: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.{ext}" for ext in ("csv", "md", "tex")]
-    _atomic_write(paths[0], frame.to_csv(index=False))
+    write_text(paths[0], frame.to_csv(index=False))
     md = []
     caption = frame.attrs.get("caption")
     if caption:
@@ -195,15 +197,9 @@ def write_table(frame: pd.DataFrame, out_dir: Path, name: str) -> list[Path]:
     md.append(to_markdown(frame))
     for note in frame.attrs.get("notes", []):
         md.append(f"- {note}")
-    _atomic_write(paths[1], "\n".join(md).rstrip() + "\n")
-    _atomic_write(paths[2], to_latex(frame, label=f"tab:{name}"))
+    write_text(paths[1], "\n".join(md).rstrip() + "\n")
+    write_text(paths[2], to_latex(frame, label=f"tab:{name}"))
     return paths
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def missing_cells(frame: pd.DataFrame, columns: Sequence[Hashable] | None = None) -> int:

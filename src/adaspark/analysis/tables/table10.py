@@ -16,10 +16,10 @@ import hashlib
 
 import pandas as pd
 
-from adaspark.analysis import stats
 from adaspark.analysis.records import ADASPARK, CHAIN3, STAGE_RUN, Options, Records, arm_rows
 from adaspark.analysis.tables.common import finish, not_run_note
 from adaspark.analysis.tables.render import fraction_text
+from adaspark.runs.rows import KEY_COLUMNS
 
 FILLED_BY = "every preset (the run stage)"
 
@@ -29,7 +29,7 @@ def _hashes(rows: pd.DataFrame) -> pd.Series:
         h = rows["text_sha256"].astype(str)
     else:
         h = rows["text"].astype(str).map(lambda t: hashlib.sha256(t.encode()).hexdigest())
-    return pd.Series(h.to_numpy(), index=pd.MultiIndex.from_frame(rows[list(stats.KEY_COLUMNS)]))
+    return pd.Series(h.to_numpy(), index=pd.MultiIndex.from_frame(rows[list(KEY_COLUMNS)]))
 
 
 def table10_identical_text(replies: pd.DataFrame, target: str,

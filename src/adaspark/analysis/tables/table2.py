@@ -16,11 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from adaspark.analysis import stats
 from adaspark.analysis.records import (
     ADASPARK,
     ARMS_DIR,
-    REPLIES_FILE,
     STAGE_INSTRUMENTED,
     STAGE_RUN,
     MissingInputError,
@@ -31,6 +29,8 @@ from adaspark.analysis.records import (
     request_summaries,
 )
 from adaspark.analysis.tables.common import finish
+from adaspark.runs.rows import LOOPED
+from adaspark.runs.store import ROWS_FILE
 
 FILLED_BY = "every preset that runs AdaSpark (the run or the instrumented stage)"
 COLUMNS = ("target", "requests", "nodes", "head-based", "fitted", "change", "requests won",
@@ -53,7 +53,7 @@ def table2_acceptance_prediction(summaries: pd.DataFrame, target: str,
     row["first request"] = (f"{int(first['rounds_priced_fitted'])}/{int(first['tree_rounds'])}"
                             if first["tree_rounds"] else None)
     later = s.iloc[1:]
-    later = later[later["status"].astype(str) != stats.LOOPED]
+    later = later[later["status"].astype(str) != LOOPED]
     ok = later["logloss_fitted"].notna() & later["logloss_head"].notna()
     later = later[ok & (later["labelled_nodes"] > 0)]
     if not later.empty:
@@ -105,7 +105,7 @@ def adaspark_summaries(records: Records) -> tuple[pd.DataFrame, str | None]:
         inst = records.instrumented_replies("Table 2")
     except MissingInputError as e:
         raise MissingInputError(
-            "Table 2", records.root / ARMS_DIR / ADASPARK / REPLIES_FILE, STAGE_RUN,
+            "Table 2", records.root / ARMS_DIR / ADASPARK / ROWS_FILE, STAGE_RUN,
             also=f" (or, without an AdaSpark run there, the `{STAGE_INSTRUMENTED}` stage)",
         ) from e
     summ = request_summaries(arm_rows(inst, ADASPARK))

@@ -18,6 +18,7 @@ import math
 import pandas as pd
 
 from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import (
     ADASPARK,
     PINNED,
@@ -29,6 +30,7 @@ from adaspark.analysis.records import (
 )
 from adaspark.analysis.tables.common import band_labels, compare_or_none, finish, not_run_note
 from adaspark.analysis.tables.render import ci_text
+from adaspark.runs.rows import LOOPED, SINGLE_DELTA
 
 FILLED_BY = "preset=paper (the pinned arms and AdaSpark's second run)"
 BAND_COLUMN = stats.BAND_COLUMN
@@ -37,7 +39,7 @@ BAND_COLUMN = stats.BAND_COLUMN
 def _replies_in_band(replies: pd.DataFrame, options: Options) -> dict[str, int]:
     """AdaSpark's timed replies (looped and single-delta left out) per band, and in all."""
     speeds = stats.arm_speeds(replies, ADASPARK)
-    timed = speeds[~speeds["status"].isin([stats.LOOPED, stats.SINGLE_DELTA])]
+    timed = speeds[~speeds["status"].isin([LOOPED, SINGLE_DELTA])]
     under, over = band_labels(options)
     n_under = int((timed["context_tokens"] < options.context_split_tokens).sum())
     return {"all replies": len(timed), under: n_under, over: len(timed) - n_under}
@@ -101,7 +103,7 @@ def table3_pinned_widths(replies: pd.DataFrame, target: str, options: Options) -
 
 
 def options_confidence() -> str:
-    return f"{stats.DEFAULT_CONFIDENCE:.0%}"
+    return f"{DEFAULT_CONFIDENCE:.0%}"
 
 
 def build(records: Records, options: Options) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import math
 import pandas as pd
 
 from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import (
     ADASPARK,
     AR,
@@ -37,6 +38,7 @@ from adaspark.analysis.tables.common import (
     throughput_or_none,
 )
 from adaspark.analysis.tables.render import ci_text
+from adaspark.runs.rows import SINGLE_DELTA
 
 FILLED_BY = "every preset (the run stage; the AR arms on the short subset)"
 COLUMNS = ("target", "llama.cpp DSpark (tok/s)", "imparo DSpark (tok/s)", "AdaSpark (tok/s)",
@@ -69,13 +71,13 @@ def table4_end_to_end(replies: pd.DataFrame, ar_replies: pd.DataFrame | None, ta
         "AdaSpark / own AR": tps[ADASPARK] / ar_ours,
     }
     frame = pd.DataFrame([row], columns=list(COLUMNS))
-    single = {a: int((stats.arm_speeds(replies, a)["status"] == stats.SINGLE_DELTA).sum())
+    single = {a: int((stats.arm_speeds(replies, a)["status"] == SINGLE_DELTA).sum())
               for a in present}
     n_single = max(single.values()) if single else 0
     caption = (
         f"End to end on {target}. Left: decode tok/s on the {subset or 'main'} subset (generated "
         "tokens over decode time, summed over replies) and AdaSpark over llama.cpp DSpark "
-        f"(geometric mean of per-reply ratios, {stats.DEFAULT_CONFIDENCE:.0%} bootstrap interval "
+        f"(geometric mean of per-reply ratios, {DEFAULT_CONFIDENCE:.0%} bootstrap interval "
         "over conversations"
         + (f", {ratio.n_replies} replies of {ratio.n_conversations} conversations" if ratio
            else "")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import (
     ADASPARK,
     LLAMACPP_CHAIN,
@@ -57,7 +58,7 @@ def table5_heldout(replies: pd.DataFrame, heldout: pd.DataFrame | None, target: 
     caption = (
         f"AdaSpark over llama.cpp DSpark on {target}, on the {subset or 'main'} subset (the "
         f"'evaluation' columns), on the held-out conversations and on both together: geometric "
-        f"mean of per-reply decode ratios with the {stats.DEFAULT_CONFIDENCE:.0%} bootstrap "
+        f"mean of per-reply decode ratios with the {DEFAULT_CONFIDENCE:.0%} bootstrap "
         f"interval over conversations, and the replies it rests on; the last column counts the "
         f"held-out replies that reached the cap."
     )

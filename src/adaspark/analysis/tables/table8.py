@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import (
     ADASPARK,
     CHAIN3,
@@ -44,7 +44,7 @@ def table8_by_workload(replies: pd.DataFrame, target: str, options: Options) -> 
         f"The scheduler's gain by workload on {target}: AdaSpark over imparo DSpark (our "
         "engine's chain of at most three draft tokens), geometric mean of per-reply decode "
         f"ratios per source{counts}, looped replies excluded; a source the subset does not "
-        f"hold is a dash. Intervals: {stats.DEFAULT_CONFIDENCE:.0%} bootstrap over "
+        f"hold is a dash. Intervals: {DEFAULT_CONFIDENCE:.0%} bootstrap over "
         "conversations"
         + (f", all replies {overall.lo:.2f}-{overall.hi:.2f}." if overall is not None else ".")
     )

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from adaspark.analysis import stats
+from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import (
     ADASPARK,
     CLASSES,
@@ -70,7 +71,7 @@ def table9_width_classes(replies: pd.DataFrame, target: str, options: Options) -
     caption = (
         f"Learned against kernel width classes on {target}: AdaSpark's decode speed with learned "
         "widths over its speed with classes every 8 rows to the widest verify, geometric mean of "
-        f"per-reply ratios with its {stats.DEFAULT_CONFIDENCE:.0%} bootstrap interval over "
+        f"per-reply ratios with its {DEFAULT_CONFIDENCE:.0%} bootstrap interval over "
         "conversations"
         + (f" ({total.n_replies} replies)" if total is not None else "")
         + ", for all replies and by the context a reply was decoded at; above 1 the learned "

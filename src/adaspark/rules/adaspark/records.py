@@ -5,19 +5,18 @@
 - :class:`RoundRecord`, only with logging on: one per round (Figures 7-10, Table 7, the
   notebook). :class:`RoundLogWriter` keeps a request's rows in memory and writes them as one
   Parquet file per request into a directory (a dataset: ``pandas.read_parquet(directory)``),
-  atomically (temporary file, then rename). With logging off no row object is ever built.
+  atomically (:func:`adaspark.io.write_parquet`). With logging off no row object is ever built.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from adaspark.io import arrow_schema, write_parquet
 
 
 @dataclass
@@ -105,41 +104,8 @@ class RequestSummary:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
-def _arrow(tp: Any) -> pa.DataType:
-    name = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
-    table = {
-        "str": pa.string(), "int": pa.int64(), "bool": pa.bool_(), "float": pa.float64(),
-        "float | None": pa.float64(), "int | None": pa.int64(), "bool | None": pa.bool_(),
-        "list[int]": pa.list_(pa.int64()),
-        "list[float]": pa.list_(pa.float64()),
-    }
-    if name not in table:
-        raise TypeError(f"no Arrow type for field type {name!r}")
-    return table[name]
-
-
-def schema_of(cls: type) -> pa.Schema:
-    """The pyarrow schema of a record dataclass (private running sums left out)."""
-    return pa.schema([pa.field(f.name, _arrow(f.type), nullable=True)
-                      for f in fields(cls) if not f.name.startswith("_")])
-
-
-ROUND_SCHEMA = schema_of(RoundRecord)
-SUMMARY_SCHEMA = schema_of(RequestSummary)
-
-
-def write_table_atomic(table: pa.Table, path: Path) -> None:
-    """Write Parquet to a temporary file beside ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+ROUND_SCHEMA = arrow_schema(RoundRecord)
+SUMMARY_SCHEMA = arrow_schema(RequestSummary)
 
 
 class RoundLogWriter:
@@ -158,7 +124,7 @@ class RoundLogWriter:
             return None
         table = pa.Table.from_pylist([asdict(r) for r in self.rows], schema=ROUND_SCHEMA)
         path = self.directory / f"rounds-{request_id}.parquet"
-        write_table_atomic(table, path)
+        write_parquet(path, table)
         self.rows = []
         return path
 

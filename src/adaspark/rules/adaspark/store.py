@@ -2,32 +2,23 @@
 
 One JSON file holds the width table (classes, laws with their banks and FTRL accumulators,
 clock), the long-run rates, the gains, and the acceptance model; a restarted scheduler resumes
-from it. Written atomically (temporary file, then rename) at the end of each request.
+from it. Written atomically (:func:`adaspark.io.write_json`) at the end of each request.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from adaspark.io import write_json
 
 STORE_VERSION = 1
 
 
 def save_store(path: str | Path, state: dict[str, Any]) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": STORE_VERSION, **state}, f, allow_nan=False)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_json(path, {"version": STORE_VERSION, **state}, indent=None, ensure_ascii=True,
+               allow_nan=False)
 
 
 def load_store(path: str | Path) -> dict[str, Any] | None:
