@@ -33,9 +33,12 @@ MIN_N_CTX = 128
 
 
 def spec(*, min: float | None = None, max: float | None = None,
-         choices: tuple[Any, ...] | None = None, default: Any = MISSING) -> Any:
-    """A dataclass field with its allowed range (``min``/``max``, inclusive) or ``choices``."""
-    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices)) if v is not None}
+         choices: tuple[Any, ...] | None = None, default: Any = MISSING,
+         help: str | None = None) -> Any:
+    """A dataclass field with its allowed range (``min``/``max``, inclusive) or ``choices``, and
+    optionally a ``help`` line (for a command-line option built from the field)."""
+    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices), ("help", help))
+            if v is not None}
     if default is MISSING:
         return field(metadata=meta)
     return field(default=default, metadata=meta)

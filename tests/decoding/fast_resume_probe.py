@@ -47,8 +47,7 @@ def tokens(t: Target, messages: list[dict[str, str]]) -> list[int]:
 
 
 def second_turn(t: Target, d: DraftModelDrafter, prompt: list[int], n: int) -> dict:
-    t.prefill(prompt)
-    reused = t.reused
+    reused = t.prefill(prompt).reused
     res = t.verify(Tree((prompt[-1],), (-1,)), want_logits=True)
     t.discard()
     d.begin(prompt)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from adaspark.decoding.tree import (
     path_to,
     prefix_tree,
 )
-from adaspark.rules.base import make_rule
+from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule, make_rule
 
 PROMPTS = [
     "The history of the printing press begins",
@@ -138,17 +140,15 @@ def test_state_after_500_mixed_rounds(tiny_path, tiny_cut_path):
         t.prefill(_prompt(t, PROMPTS[2]))
         rules = [make_rule("pinned", width=w) for w in (1, 2, 5, 8, 17)]
         n_acc = n_rej = 0
-        from adaspark.rules.base import RoundState
-
         for i in range(500):
             rule = rules[i % len(rules)]
             state = RoundState(t.committed, i, t.max_rows, 4)
             block = d.draft(t.committed, 4)
             plan = rule.plan(state, block)
             res = t.verify(plan.tree)
-            t.commit(res)
-            n_acc += len(t.last_path) - 1
-            n_rej += plan.tree.n_rows - len(t.last_path)
+            path = t.commit(res).path
+            n_acc += len(path) - 1
+            n_rej += plan.tree.n_rows - len(path)
         assert n_acc > 100 and n_rej > 100
         t.flush()
         L = len(t.committed)
@@ -168,6 +168,101 @@ def test_state_after_500_mixed_rounds(tiny_path, tiny_cut_path):
     finally:
         d.close()
         t.close()
+
+
+def test_prefill_returns_the_whole_chunks_it_kept(tiny_target, tiny_path):
+    """A second prompt sharing a prefix with the first reuses exactly the whole prefill chunks
+    of the shared part that the first prefill wrote; a fresh or reset Target reuses nothing; the
+    kept cells are the right ones (the anchor's logits equal a fresh prefill's)."""
+    t = tiny_target
+    c = t.prefill_chunk  # 63 in exact mode
+    base = t.tokenize(" ".join(PROMPTS * 30))
+    assert len(base) > 4 * c
+    first = base[: 3 * c + 10]  # the prefill writes 3c + 9 cells: three whole chunks
+    t.reset()
+    p = t.prefill(first)
+    assert (p.reused, p.decoded) == (0, len(first) - 1)
+    # the same prompt and more: the common prefix (3c + 9) stops at the third chunk's end
+    longer = first + t.tokenize(" and more", add_special=False)
+    p = t.prefill(longer)
+    assert (p.reused, p.decoded) == (3 * c, len(longer) - 1 - 3 * c)
+    # a prompt that leaves the first after 2c + 5 tokens keeps two whole chunks
+    tail = t.tokenize(" Something else entirely, about whales.", add_special=False)
+    second = first[: 2 * c + 5] + tail
+    assert tail[0] != first[2 * c + 5]
+    p = t.prefill(second)
+    assert (p.reused, p.decoded) == (2 * c, len(second) - 1 - 2 * c)
+    assert t.seq_pos_range(0) == (0, len(second) - 2)
+    res = t.verify(chain_tree(second[-1], []), want_logits=True)
+    t.discard()
+    fresh = Target(tiny_path, 2048, exact=True)
+    try:
+        p = fresh.prefill(second)
+        assert (p.reused, p.decoded) == (0, len(second) - 1)
+        ref = fresh.verify(chain_tree(second[-1], []), want_logits=True)
+        fresh.discard()
+    finally:
+        fresh.close()
+    assert np.array_equal(res.logits, ref.logits)
+    t.reset()
+    assert t.prefill(second).reused == 0
+
+
+class _Recording(WidthRule):
+    """A real width rule that keeps what the loop tells it after each round."""
+
+    name = "recording"
+
+    def __init__(self, inner: WidthRule) -> None:
+        self.inner = inner
+        self.outcomes: list[RoundOutcome] = []
+
+    def plan(self, state: RoundState, block) -> RoundPlan:
+        return self.inner.plan(state, block)
+
+    def observe(self, plan: RoundPlan, outcome: RoundOutcome) -> None:
+        self.outcomes.append(outcome)
+
+
+def test_commit_returns_the_path_and_tokens_the_loop_emits(tiny_target, tiny_cut_path):
+    t = tiny_target
+    d = DraftModelDrafter(tiny_cut_path, 2048, exact=True, top_k=8)
+    try:
+        prompt = _prompt(t, PROMPTS[1])
+        t.prefill(prompt)
+        d.begin(prompt)
+        rule = make_rule("pinned", width=8)
+        commits = []
+        for i in range(12):
+            plan = rule.plan(RoundState(t.committed, i, t.max_rows, 4), d.draft(t.committed, 4))
+            tree = plan.tree
+            res = t.verify(tree)
+            before = list(t.committed)
+            done = t.commit(res)
+            path = done.path
+            assert path[0] == 0
+            # each accepted row is a child of the one before whose token is that row's argmax
+            for prev, row in pairwise(path):
+                assert tree.parents[row] == prev and tree.tokens[row] == res.argmax[prev]
+            # and the path stops where no child holds the last row's argmax
+            assert not any(tree.parents[r] == path[-1] and tree.tokens[r] == res.argmax[path[-1]]
+                           for r in range(tree.n_rows))
+            assert list(done.tokens) == [tree.tokens[r] for r in path[1:]] + [
+                int(res.argmax[path[-1]])]
+            assert t.committed == before + list(done.tokens)
+            commits.append(done)
+        assert any(len(c.path) > 1 for c in commits) and any(len(c.path) == 1 for c in commits)
+        rounds: list[list[int]] = []
+        rec = _Recording(make_rule("pinned", width=8))
+        n = sum(len(c.tokens) for c in commits)
+        gen = generate(t, prompt, n, rec, d, 4, on_tokens=rounds.append)
+        assert gen.stop == "length"
+        assert rounds == [list(c.tokens) for c in commits]
+        assert [o.path for o in rec.outcomes] == [list(c.path) for c in commits]
+        assert [o.new_tokens for o in rec.outcomes] == rounds
+        assert gen.accepted == sum(len(c.path) - 1 for c in commits)
+    finally:
+        d.close()
 
 
 def test_engine_refuses_bad_calls(tiny_target):

@@ -110,6 +110,27 @@ class VerifyResult:
     logits: np.ndarray | None = None
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """What a prefill did: ``reused`` leading cells kept from the cache (the prompt tokens that
+    llama-server reports as ``cache_n``), ``decoded`` tokens decoded after them, and the seconds
+    the decodes took."""
+
+    reused: int
+    decoded: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a commit accepted (§2.2): ``path``, the tree rows of the greedy path from the anchor
+    (row 0) on, and ``tokens``, the newly committed tokens: the accepted candidates and the
+    target's argmax after the path (the bonus)."""
+
+    path: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+
 def top2_gap(logits: np.ndarray) -> np.ndarray:
     """Per row, best logit minus second best (a near tie is a gap under 0.5, HARNESS)."""
     part = np.partition(logits, -2, axis=1)
@@ -286,11 +307,11 @@ class Model:
         return dt
 
     def prefill_in_chunks(self, tokens: list[int], cached: list[int], n_canonical: int,
-                          chunk: int) -> tuple[int, float]:
+                          chunk: int) -> Prefill:
         """Make sequence 0 hold exactly ``tokens``, decoded (no logits) in chunks at multiples of
         ``chunk`` after the cells it may keep of ``cached`` (what sequence 0 holds now, of which
         whole chunks wrote the first ``n_canonical``): see :class:`Target`, "Prefill and
-        history". Returns the cells kept and the seconds spent decoding."""
+        history". Returns the cells kept, the tokens decoded and the seconds spent decoding."""
         keep = reusable_prefix(common_prefix(cached, tokens), n_canonical, chunk)
         _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
         spent = 0.0
@@ -298,7 +319,27 @@ class Model:
             self._fill(tokens[start:end], range(start, end), [[0]] * (end - start),
                        [False] * (end - start))
             spent += self._decode()
-        return keep, spent
+        return Prefill(reused=keep, decoded=len(tokens) - keep, seconds=spent)
+
+    def catch_up(self, cached: list[int], tokens: list[int]) -> Prefill:
+        """Make sequence 0 hold exactly ``tokens`` when it holds ``cached`` now: keep every cell
+        of the common prefix (the last token is always decoded, for its logits, which
+        :meth:`logits` then gives as one row) and decode the rest in batches of ``n_batch``.
+        Returns the cells kept, the tokens decoded and the seconds spent decoding."""
+        if not tokens:
+            raise EngineError("cannot catch up to an empty sequence")
+        keep = common_prefix(cached, tokens[:-1])
+        _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
+        todo = tokens[keep:]
+        spent = 0.0
+        for start in range(0, len(todo), self.n_batch):
+            part = todo[start : start + self.n_batch]
+            last = start + len(part) == len(todo)
+            pos = range(keep + start, keep + start + len(part))
+            self._fill(part, pos, [[0]] * len(part),
+                       [last and i == len(part) - 1 for i in range(len(part))])
+            spent += self._decode()
+        return Prefill(reused=keep, decoded=len(todo), seconds=spent)
 
     def logits(self, n_rows: int) -> np.ndarray:
         """View of the logits of the last decode's ``n_rows`` output rows (do not keep it)."""
@@ -338,8 +379,6 @@ class Target(Model):
         self.committed: list[int] = []
         self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)
         self.n_canonical = 0  # leading cells written by whole prefill chunks (reusable)
-        self.reused = 0  # prompt tokens the last prefill took from the cache
-        self.last_path: list[int] = []
         self._pending: tuple[Tree, list[list[int]], int] | None = None
 
     @property
@@ -366,12 +405,12 @@ class Target(Model):
             spent += self._decode()
         return spent
 
-    def prefill(self, tokens: list[int]) -> float:
+    def prefill(self, tokens: list[int]) -> Prefill:
         """Commit ``tokens``; decode all but the last (the anchor). Reuses the longest common
         prefix already in the cache, as llama-server's ``cache_prompt`` does, but only in whole
         prefill chunks (see the class docstring), so the cache after a prefill does not depend
-        on what this process decoded before. Returns seconds; :attr:`reused` says how many
-        prompt tokens came from the cache."""
+        on what this process decoded before. Returns how many prompt tokens came from the cache,
+        how many were decoded and the seconds it took."""
         if not tokens:
             raise EngineError("cannot prefill an empty prompt")
         if len(tokens) >= self.n_ctx:
@@ -380,13 +419,12 @@ class Target(Model):
             )
         if self._pending is not None:
             self.discard()
-        keep, spent = self.prefill_in_chunks(tokens[:-1], self.committed[: self.n_kv],
-                                             self.n_canonical, self.prefill_chunk)
+        done = self.prefill_in_chunks(tokens[:-1], self.committed[: self.n_kv],
+                                      self.n_canonical, self.prefill_chunk)
         self.committed = list(tokens)
         self.n_kv = len(tokens) - 1
         self.n_canonical = (len(tokens) - 1) // self.prefill_chunk * self.prefill_chunk
-        self.reused = keep
-        return spent
+        return done
 
     def flush(self) -> None:
         """Decode committed tokens not yet in the cache (exact mode's re-decoded path), so that
@@ -461,9 +499,10 @@ class Target(Model):
         ll.llama_memory_seq_rm(self.mem, 0, self.n_kv, -1)
         self._pending = None
 
-    def commit(self, result: VerifyResult) -> list[int]:
-        """Accept the greedy path of the pending verify (§2.2); return the newly committed
-        tokens: the accepted candidates and the target's argmax after the path (the bonus)."""
+    def commit(self, result: VerifyResult) -> Commit:
+        """Accept the greedy path of the pending verify (§2.2); return the path's rows and the
+        newly committed tokens: the accepted candidates and the target's argmax after the path
+        (the bonus)."""
         if self._pending is None:
             raise EngineError("nothing to commit: verify() a tree first")
         ll = _llama()
@@ -482,5 +521,4 @@ class Target(Model):
         self._pending = None
         new = [tree.tokens[r] for r in path[1:]] + [int(result.argmax[path[-1]])]
         self.committed.extend(new)
-        self.last_path = path
-        return new
+        return Commit(path=tuple(path), tokens=tuple(new))

@@ -29,6 +29,7 @@ class Generation:
     drafted: int = 0
     accepted: int = 0
     prefill_s: float = 0.0
+    reused: int = 0  # prompt tokens the prefill took from the cache (llama-server's cache_n)
     decode_s: float = 0.0
     verify_s: float = 0.0
     stop: str = "length"  # "eog" or "length"
@@ -64,7 +65,9 @@ def generate(
     if rule.uses_drafter and drafter is None:
         raise ValueError(f"width rule {rule.name!r} needs a drafter; the arm gives none")
     gen = Generation(tokens=[], prompt_tokens=len(prompt))
-    gen.prefill_s = target.prefill(prompt)
+    prefilled = target.prefill(prompt)
+    gen.prefill_s = prefilled.seconds
+    gen.reused = prefilled.reused
     rule.begin_request(prompt, request_id)
     if drafter is not None:
         drafter.begin(prompt)
@@ -85,9 +88,9 @@ def generate(
         fixed_s = time.perf_counter() - t_round
         res = target.verify(plan.tree, want_gaps=want_gaps)
         t_commit = time.perf_counter()
-        new = target.commit(res)
+        done = target.commit(res)
         commit_s = time.perf_counter() - t_commit
-        path = target.last_path
+        path, new = list(done.path), list(done.tokens)
         room = max_tokens - len(gen.tokens)
         emitted = new[:room]
         for k, tok in enumerate(emitted):

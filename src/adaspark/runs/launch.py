@@ -34,7 +34,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
            settings: RunSettings) -> ServerProcess:
     """A :class:`~adaspark.serving.llama_server.ServerProcess` (not started) serving the arm."""
     from adaspark.serving import llama_server
-    from adaspark.serving.main import free_port
+    from adaspark.serving.main import MainArgs, ServeOptions, free_port, main_argv
 
     port = settings.port or free_port(settings.host)
     # The server runs from the checkout (paths.checkout_root); hand it absolute paths.
@@ -54,16 +54,12 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
         snapshot["exact"] = settings.exact
         params = out_dir / "server-params.yaml"
         OmegaConf.save(OmegaConf.create(snapshot), params)
-        argv = [sys.executable, "-m", "adaspark.serving.main", "--params", str(params),
-                "--arm", entry.entry, "--host", settings.host, "--port", str(port),
-                "--store", str(out_dir / "store"), "--exact" if settings.exact else "--fast"]
-        if template is not None:
-            argv += ["--chat-template", str(template)]
-        if settings.round_log:
-            argv += ["--round-log", str(out_dir / "rounds")]
-        if not settings.warmup:
-            argv.append("--no-warmup")
-        argv += ["--tool-fallback", settings.tool_fallback]
+        opts = ServeOptions(host=settings.host, port=port, store=out_dir / "store",
+                            chat_template=template, warmup=settings.warmup,
+                            round_log=out_dir / "rounds" if settings.round_log else None,
+                            tool_fallback=settings.tool_fallback)
+        argv = [sys.executable, "-m", "adaspark.serving.main",
+                *main_argv(MainArgs(params, entry.entry, settings.exact, opts))]
         proc = llama_server.ServerProcess(
             argv, port=port, host=settings.host, log_path=out_dir / "server.log",
             env=llama_server.clean_env(exact=settings.exact),

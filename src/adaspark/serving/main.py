@@ -3,8 +3,18 @@ HTTP API, streamed, on the client's clock).
 
     adaspark serve arm=chain3 target=tiny drafter=tiny-truncated port=8080 [exact=false]
                    [store=DIR] [host=127.0.0.1] [chat_template=FILE] [busy_wait_s=0]
-                   [tool_fallback=generic|none]
-    python -m adaspark.serving.main --params params.yaml --arm NAME --port N --store DIR [--exact]
+                   [warmup=true|false] [round_log=DIR] [tool_fallback=generic|none]
+    python -m adaspark.serving.main --params params.yaml --arm NAME [--exact|--fast] [--port N]
+                                    [--store DIR] [--host H] [--chat-template FILE] [...]
+
+The server's own options are the fields of :class:`ServeOptions`, the one spelling of them:
+``key=value`` words for ``adaspark serve`` (:meth:`ServeOptions.from_overrides`), ``--key-name``
+flags for ``python -m adaspark.serving.main`` (:func:`add_options`, :meth:`ServeOptions.to_argv`,
+:meth:`ServeOptions.from_argv`). Three arguments are not the server's options and stay apart:
+the composed config (``adaspark serve`` composes ``conf/``; the module reads ``--params``), the
+arm (``arm=NAME`` picks a config file; ``--arm`` names a key under ``arms:``) and the kernel mode
+(the config key ``exact=true|false``; ``--exact``/``--fast`` override it). :func:`main_argv`
+builds the module's whole argument list, which :func:`parse_main_args` reads back.
 
 Routes: ``POST /v1/chat/completions`` (``stream`` true or false), ``GET /health``,
 ``GET /v1/models`` (whose ``meta`` records the arm, model files, kernel mode and llama.cpp build).
@@ -38,15 +48,17 @@ import argparse
 import os
 import socket
 import sys
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
-from adaspark.schema import arm_config
+from adaspark.config import ConfigError
+from adaspark.schema import arm_config, check_value, spec
 from adaspark.serving.http import make_app
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.serving.service import ArmService
@@ -59,18 +71,152 @@ DEFAULT_HOST = "127.0.0.1"
 # Entry points
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServeOptions:
-    """Where and how to serve; everything about the engine comes from the config."""
+    """Where and how to serve; everything about the engine comes from the config. Each field's
+    metadata (:func:`adaspark.schema.spec`) gives its range or choices and its help line; values
+    are checked when the options are made (a :class:`~adaspark.config.ConfigError` naming the
+    key, the value and what is allowed)."""
 
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    store: Path | None = None
-    chat_template: Path | None = None
-    busy_wait_s: float = 0.0
-    warmup: bool = True
-    round_log: Path | None = None
-    tool_fallback: str = "generic"
+    host: str = spec(default=DEFAULT_HOST, help="address to listen on")
+    port: int = spec(min=0, max=65535, default=DEFAULT_PORT,
+                     help="port to listen on (0 = a free port)")
+    store: Path | None = spec(default=None, help="the arm's learned store (default: a fresh "
+                              "directory under runs/serve/<arm>/)")
+    chat_template: Path | None = spec(default=None, help="a Jinja chat template file in place "
+                                      "of the model's own")
+    busy_wait_s: float = spec(min=0, default=0.0, help="seconds a request waits for the one "
+                              "decoding before it gets 503")
+    warmup: bool = spec(default=True, help="decode a few tokens before listening")
+    round_log: Path | None = spec(default=None, help="directory of the width rule's per-round "
+                                  "log (Parquet)")
+    tool_fallback: str = spec(choices=TOOL_FALLBACKS, default="generic",
+                              help="tools for a chat template without tool support")
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if hints[f.name] == Path | None:
+                if value is not None and not isinstance(value, Path):
+                    raise ConfigError(f"{f.name}={value!r} is not allowed: {f.name} must be a "
+                                      "path or null")
+                continue
+            object.__setattr__(self, f.name, check_value(f.name, value, hints[f.name],
+                                                         dict(f.metadata)))
+        if not self.host:
+            raise ConfigError("host= is empty: name the address to listen on, e.g. "
+                              "host=127.0.0.1")
+
+    @classmethod
+    def from_overrides(cls, words: dict[str, str]) -> ServeOptions:
+        """From ``adaspark serve``'s own ``key=value`` words (text): each value parsed by its
+        field's type and checked; an unknown key is refused, naming the known ones."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(k for k in words if k not in known)
+        if unknown:
+            raise ConfigError(f"unknown server option(s) {', '.join(unknown)}; the server takes "
+                              f"{', '.join(known)}")
+        return cls(**{k: _from_text(cls, k, v) for k, v in words.items()})
+
+    @classmethod
+    def from_argv(cls, argv: list[str]) -> ServeOptions:
+        """From ``--key-name=value`` flags (what :meth:`to_argv` writes); a bad value or an
+        unknown flag is a :class:`~adaspark.config.ConfigError`."""
+        parser = _Parser(prog="ServeOptions.from_argv", add_help=False)
+        add_options(parser)
+        return options_of(_parse(parser, argv))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these options to :meth:`from_argv` (and to
+        ``python -m adaspark.serving.main``): one per field that is not at its default."""
+        out: list[str] = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            flag = _flag(f.name)
+            if isinstance(value, bool):
+                out.append(flag if value else "--no-" + flag[2:])
+            else:
+                out.append(f"{flag}={value}")  # one word: a value may start with "-"
+        return out
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _from_text(cls: type, key: str, text: str) -> Any:
+    """The value of field ``key`` of ``cls`` written as ``text``, checked (a ConfigError naming
+    the key, the text and what is allowed otherwise)."""
+    f = next(f for f in fields(cls) if f.name == key)
+    tp = typing.get_type_hints(cls)[key]
+    if tp == Path | None:
+        return Path(text) if text else None
+    value: Any = text
+    try:
+        if tp is bool:
+            value = {"true": True, "false": False}.get(text.lower(), text)
+        elif tp is int:
+            value = int(text)
+        elif tp is float:
+            value = float(text)
+    except ValueError:
+        pass  # left as text: check_value names it and what is allowed
+    return check_value(key, value, tp, dict(f.metadata))
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are :class:`ConfigError` (a clear message, exit code 2
+    through :func:`adaspark.stages.exit_code`), not a usage line and ``SystemExit``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """Add a ``--key-name`` flag for each field of :class:`ServeOptions` (a bool as
+    ``--name``/``--no-name``), parsed and checked as :meth:`ServeOptions.from_overrides` does.
+    Each flag's value lands under the field's name."""
+    hints = typing.get_type_hints(ServeOptions)
+    for f in fields(ServeOptions):
+        meta = dict(f.metadata)
+        help_ = meta.get("help", "")
+        if "choices" in meta:
+            help_ += f" (one of {', '.join(meta['choices'])})"
+        if hints[f.name] is bool:
+            parser.add_argument(_flag(f.name), dest=f.name, default=None,
+                                action=argparse.BooleanOptionalAction,
+                                help=f"{help_} (default {str(f.default).lower()})")
+            continue
+
+        def parse(text: str, key: str = f.name) -> Any:
+            try:
+                return _from_text(ServeOptions, key, text)
+            except ConfigError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+
+        parser.add_argument(_flag(f.name), dest=f.name, default=None, type=parse,
+                            metavar=f.name.upper(), help=f"{help_} (default {f.default})")
+
+
+def options_of(ns: argparse.Namespace) -> ServeOptions:
+    """The :class:`ServeOptions` in a namespace parsed with :func:`add_options`' flags (a flag
+    not given keeps the field's default)."""
+    given = {f.name: getattr(ns, f.name) for f in fields(ServeOptions)
+             if getattr(ns, f.name, None) is not None}
+    return ServeOptions(**given)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; an unknown argument is a ConfigError that lists the known flags."""
+    ns, rest = parser.parse_known_args(argv)
+    if rest:
+        flags = sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--"))
+        raise ConfigError(f"{parser.prog}: unknown argument(s) {' '.join(rest)}; the known "
+                          f"flags are {', '.join(flags)}")
+    return ns
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -146,91 +292,77 @@ def serve(cfg: DictConfig, arm: DictConfig, opts: ServeOptions, *, exact: bool) 
     return 0
 
 
-#: ``adaspark serve`` keys that are not part of the composed config.
-SERVE_KEYS = ("host", "port", "store", "chat_template", "busy_wait_s", "warmup", "round_log",
-              "tool_fallback")
-
-
 def serve_command(args: list[str]) -> int:
-    """``adaspark serve key=value ...``: compose ``conf/`` with the overrides, serve ``arm``."""
+    """``adaspark serve key=value ...``: the words whose key is a field of
+    :class:`ServeOptions` are the server's options; the rest compose ``conf/`` (``arm=NAME``
+    picks the arm, ``exact=true|false`` the kernels)."""
     from adaspark.config import compose
     from adaspark.schema import validate
 
-    raw: dict[str, Any] = {}
+    names = {f.name for f in fields(ServeOptions)}
+    words: dict[str, str] = {}
     rest = []
     for a in args:
         key, eq, value = a.partition("=")
-        if not eq or key not in SERVE_KEYS:
+        if eq and key in names:
+            words[key] = value
+        else:
             rest.append(a)
-            continue
-        raw[key] = value
-    opts = serve_options(raw)
+    opts = ServeOptions.from_overrides(words)
     cfg = compose(rest)
     validate(cfg, command="serve")
     exact = False if cfg.get("exact") is None else bool(cfg.exact)
     return serve(cfg, cfg.arm, opts, exact=exact)
 
 
-def serve_options(raw: dict[str, str]) -> ServeOptions:
-    """:class:`ServeOptions` from ``adaspark serve``'s own ``key=value`` arguments (text), each
-    checked: a bad one is a ConfigError naming the key, the value and what is allowed."""
-    from adaspark.config import ConfigError
-    from adaspark.schema import check_value
+@dataclass(frozen=True)
+class MainArgs:
+    """The arguments of ``python -m adaspark.serving.main``: the composed config file, the key of
+    the arm under its ``arms:``, the kernel mode (None: the file's ``exact``) and the server's
+    options."""
 
-    opts = ServeOptions()
-    for key, value in raw.items():
-        if key == "port":
-            try:
-                port = int(value)
-            except ValueError:
-                raise ConfigError(f"port={value!r} is not allowed: port must be an integer "
-                                  "from 0 to 65535 (0 = a free port)") from None
-            opts.port = check_value("port", port, int, {"min": 0, "max": 65535})
-        elif key == "busy_wait_s":
-            try:
-                wait = float(value)
-            except ValueError:
-                raise ConfigError(f"busy_wait_s={value!r} is not allowed: busy_wait_s must be "
-                                  "a number >= 0 (seconds)") from None
-            opts.busy_wait_s = check_value("busy_wait_s", wait, float, {"min": 0})
-        elif key in ("warmup",):
-            flags = {"true": True, "false": False}
-            if value.lower() not in flags:
-                raise ConfigError(f"{key}={value!r} is not allowed: {key} must be true or false")
-            opts.warmup = flags[value.lower()]
-        elif key == "tool_fallback":
-            if value not in TOOL_FALLBACKS:
-                raise ConfigError(f"tool_fallback={value!r} is not allowed: tool_fallback must "
-                                  f"be one of {', '.join(TOOL_FALLBACKS)}")
-            opts.tool_fallback = value
-        elif key == "host":
-            if not value:
-                raise ConfigError("host= is empty: name the address to listen on, e.g. "
-                                  "host=127.0.0.1")
-            opts.host = value
-        else:
-            setattr(opts, key, Path(value) if value else None)
-    return opts
+    params: Path
+    arm: str
+    exact: bool | None
+    options: ServeOptions
+
+
+def _main_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="adaspark.serving.main", description="serve one arm of a composed "
+                 "params file")
+    ap.add_argument("--params", required=True, type=Path, help="composed config (params.yaml)")
+    ap.add_argument("--arm", required=True, help="key under `arms:` in the params file")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--exact", dest="exact", action="store_const", const=True, default=None,
+                      help="exact kernels (correctness checks)")
+    mode.add_argument("--fast", dest="exact", action="store_const", const=False,
+                      help="llama.cpp's default kernels")
+    add_options(ap)
+    return ap
+
+
+def parse_main_args(argv: list[str]) -> MainArgs:
+    """``python -m adaspark.serving.main``'s arguments; a bad or unknown one is a
+    :class:`ConfigError`."""
+    ns = _parse(_main_parser(), argv)
+    return MainArgs(params=ns.params, arm=ns.arm, exact=ns.exact, options=options_of(ns))
+
+
+def main_argv(args: MainArgs) -> list[str]:
+    """The arguments that :func:`parse_main_args` reads back as ``args`` (how the run stage
+    starts our engine: :func:`adaspark.runs.launch.launch`)."""
+    mode = [] if args.exact is None else ["--exact" if args.exact else "--fast"]
+    return ["--params", str(args.params), "--arm", args.arm, *mode, *args.options.to_argv()]
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m adaspark.serving.main --params FILE --arm NAME ...``: serve one arm of a composed
     ``params.yaml`` (how the run stage starts our engine)."""
-    ap = argparse.ArgumentParser(description="serve one arm of a composed params file")
-    ap.add_argument("--params", required=True, help="composed config (params.yaml)")
-    ap.add_argument("--arm", required=True, help="key under `arms:` in the params file")
-    ap.add_argument("--host", default=DEFAULT_HOST)
-    ap.add_argument("--port", type=int, default=DEFAULT_PORT)
-    ap.add_argument("--store", type=Path, default=None)
-    ap.add_argument("--chat-template", type=Path, default=None)
-    ap.add_argument("--round-log", type=Path, default=None)
-    ap.add_argument("--busy-wait-s", type=float, default=0.0)
-    ap.add_argument("--no-warmup", action="store_true")
-    ap.add_argument("--tool-fallback", choices=TOOL_FALLBACKS, default="generic")
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--exact", action="store_true", help="exact kernels (correctness checks)")
-    mode.add_argument("--fast", action="store_true", help="llama.cpp's default kernels")
-    a = ap.parse_args(argv)
+    try:
+        a = parse_main_args(sys.argv[1:] if argv is None else argv)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
     cfg = OmegaConf.load(a.params)
     assert isinstance(cfg, DictConfig)
     arms_cfg = cfg.get("arms") or {}
@@ -238,11 +370,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"adaspark.serving.main: {a.params} has no arm {a.arm!r} under `arms:`; it has "
               f"{sorted(arms_cfg)}", file=sys.stderr)
         return 2
-    exact = bool(a.exact) if (a.exact or a.fast) else bool(cfg.get("exact") or False)
-    opts = ServeOptions(host=a.host, port=a.port, store=a.store, chat_template=a.chat_template,
-                        busy_wait_s=a.busy_wait_s, warmup=not a.no_warmup,
-                        round_log=a.round_log, tool_fallback=a.tool_fallback)
-    return serve(cfg, arms_cfg[a.arm], opts, exact=exact)
+    exact = a.exact if a.exact is not None else bool(cfg.get("exact") or False)
+    return serve(cfg, arms_cfg[a.arm], a.options, exact=exact)
 
 
 if __name__ == "__main__":

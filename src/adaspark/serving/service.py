@@ -341,7 +341,7 @@ class ArmService:
         finish = ("tool_calls" if assembler.calls else
                   "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
         n_gen = len(gen.tokens) if gen is not None else n_out[0]
-        keep = t.reused if gen is not None else 0  # prompt tokens the prefill took from cache
+        keep = gen.reused if gen is not None else 0
         timings = self._timings(gen, stats, keep, len(job.prompt), stop)
         return JobResult(message=assembler.message(), finish_reason=finish,
                          prompt_tokens=len(job.prompt), completion_tokens=n_gen,

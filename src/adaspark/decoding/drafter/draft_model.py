@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from adaspark.decoding.drafter.base import Block, Drafter
-from adaspark.decoding.engine import PREFILL_CHUNK_FAST, EngineError, Model, _llama, common_prefix
+from adaspark.decoding.engine import PREFILL_CHUNK_FAST, EngineError, Model
 from adaspark.decoding.tree import MAX_ROWS_EXACT
 
 
@@ -62,22 +62,10 @@ class DraftModelDrafter(Drafter):
 
     def _sync(self, committed: list[int]) -> np.ndarray:
         """Bring the KV to ``committed`` and return the logits after its last token."""
-        m = self.model
-        ll = _llama()
-        keep = common_prefix(self.cached, committed[:-1])
-        ll.llama_memory_seq_rm(m.mem, 0, keep, -1)
-        self.cached = self.cached[:keep]
-        self.n_canonical = min(self.n_canonical, keep)
-        todo = committed[keep:]
-        for start in range(0, len(todo), m.n_batch):
-            chunk = todo[start : start + m.n_batch]
-            last = start + len(chunk) == len(todo)
-            pos = range(keep + start, keep + start + len(chunk))
-            m._fill(chunk, pos, [[0]] * len(chunk), [last and i == len(chunk) - 1
-                                                     for i in range(len(chunk))])
-            m._decode()
+        kept = self.model.catch_up(self.cached, committed).reused
+        self.n_canonical = min(self.n_canonical, kept)
         self.cached = list(committed)
-        return m.logits(1)[0]
+        return self.model.logits(1)[0]
 
     def _step(self, token: int) -> np.ndarray:
         m = self.model
