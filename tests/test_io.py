@@ -173,7 +173,8 @@ def test_the_project_records_use_the_one_mapper() -> None:
 MODULE_WRITERS = {("json", "dump"), ("os", "replace"), ("os", "rename"), ("os", "fdopen"),
                   ("pq", "write_table"), ("parquet", "write_table"), ("shutil", "copy"),
                   ("shutil", "copyfile"), ("shutil", "copy2"), ("shutil", "copyfileobj"),
-                  ("shutil", "move")}
+                  ("shutil", "move"), ("OmegaConf", "save"), ("yaml", "dump"),
+                  ("yaml", "safe_dump"), ("np", "save"), ("numpy", "save"), ("pickle", "dump")}
 #: Methods that write whatever object they are called on.
 METHOD_WRITERS = {"write_text", "write_bytes"}
 #: Writers given a path of their own: allowed only on the path ``io.atomic_path`` yields.

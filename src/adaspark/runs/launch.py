@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from adaspark import paths
+from adaspark import io, paths
 from adaspark.runs.settings import ArmEntry, RunSettings
 from adaspark.schema import ArmConfig
 from adaspark.serving.llama_server import ServerProcess
@@ -53,7 +53,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
         snapshot["arms"] = {entry.entry: arm.as_mapping()}
         snapshot["exact"] = settings.exact
         params = out_dir / "server-params.yaml"
-        OmegaConf.save(OmegaConf.create(snapshot), params)
+        io.write_text(params, OmegaConf.to_yaml(OmegaConf.create(snapshot)))
         opts = ServeOptions(host=settings.host, port=port, store=out_dir / "store",
                             chat_template=template, warmup=settings.warmup,
                             round_log=out_dir / "rounds" if settings.round_log else None,
