@@ -78,6 +78,7 @@ def test_a_reply_sums_its_rounds_and_reports_each_source_seen() -> None:
                                "ngram": {"drafted": 2, "accepted": 2}}
     s = RequestSummary("r")
     add_counts(s, total)
+    assert s.rounds == 2
     assert (s.rows_drafter, s.rows_agreed, s.rows_ngram) == (4, 0, 2)
     assert (s.accepted_drafter, s.accepted_agreed, s.accepted_ngram) == (1, 0, 2)
 

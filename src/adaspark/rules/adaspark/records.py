@@ -123,8 +123,9 @@ def request_id(n: int, prompt: list[int]) -> str:
 
 
 def add_counts(summary: RequestSummary, counts: RoundCounts) -> None:
-    """Add a round's rows and accepted rows by source (the loop's count) to ``summary``."""
+    """Add rounds, their rows and accepted rows by source (the loop's count) to ``summary``."""
     d, a = counts.drafted, counts.accepted
+    summary.rounds += counts.rounds
     summary.rows_drafter += d.get("drafter", 0)
     summary.rows_agreed += d.get("agreed", 0)
     summary.rows_ngram += d.get("ngram", 0)

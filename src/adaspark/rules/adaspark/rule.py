@@ -400,7 +400,7 @@ class AdaSparkRule(WidthRule):
         rows = plan.tree.n_rows
         committed = len(outcome.new_tokens)
         sm = self.summary
-        sm.rounds += 1
+        add_counts(sm, outcome.counts)   # the round, its rows and accepted rows by source
         sm.committed += committed
         sm.scheduler_time_s += d + t
         if rc.why in ("cold-start", "width1-cold-start"):
@@ -433,7 +433,6 @@ class AdaSparkRule(WidthRule):
         cands = rc.cands
         assert cands is not None and rc.rank is not None
         path_c = [plan.cand_of_row[r - 1] for r in outcome.path[1:]]
-        add_counts(sm, outcome.counts)
         # gains: from what narrower prefixes of this tree would have accepted
         if (table is not None and self.pinned is None and not rc.explored
                 and rc.s is not None and rc.s_ng is not None):
