@@ -52,7 +52,7 @@ def context_prompts(tokenize, sizes: list[int]) -> dict[int, list[int]]:
 
 def run_mode(exact: bool, reps: int, contexts: list[int], overrides: list[str]) -> dict:
     from adaspark.config import compose
-    from adaspark.decoding.candidates import from_block, head_based_q
+    from adaspark.decoding.candidates import from_block
     from adaspark.decoding.loop import generate
     from adaspark.decoding.tree import best_first_order, prefix_tree
     from adaspark.rules import arms
@@ -70,7 +70,7 @@ def run_mode(exact: bool, reps: int, contexts: list[int], overrides: list[str]) 
         t.prefill(prompt)
         block = d.draft(t.committed, 8)
         cands = from_block(block)
-        order, _ = best_first_order(cands.parent, head_based_q(block, cands))
+        order, _ = best_first_order(cands.parent, cands.head_q)
         trees = {w: prefix_tree(t.committed[-1], cands.tokens, cands.parent, order, w,
                                 max_rows=t.max_rows)[0] for w in widths}
         for w in widths[:2]:  # warm-up, dropped

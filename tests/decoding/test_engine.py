@@ -7,7 +7,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from adaspark.decoding.candidates import from_block, head_based_q
+from adaspark.decoding.candidates import from_block
 from adaspark.decoding.drafter.draft_model import DraftModelDrafter, check_same_vocab
 from adaspark.decoding.engine import EngineError, Model, Target
 from adaspark.decoding.loop import generate
@@ -90,7 +90,7 @@ def test_drafter_shaped_trees_equal_chains(tiny_target, tiny_cut_path):
     finally:
         d.close()
     cands = from_block(block)
-    order, _ = best_first_order(cands.parent, head_based_q(block, cands))
+    order, _ = best_first_order(cands.parent, cands.head_q)
     for n in (9, 33, 63):
         tree, _ = prefix_tree(t.committed[-1], cands.tokens, cands.parent, order, n)
         _assert_rows_equal_chains(t, list(tree.tokens), list(tree.parents))

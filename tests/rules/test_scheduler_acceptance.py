@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from adaspark.decoding.candidates import from_block
 from adaspark.decoding.drafter.base import Block
 from adaspark.rules.adaspark import acceptance as acc
-from adaspark.rules.adaspark.candidate_tree import CandidateTree
 from adaspark.rules.adaspark.config import load_config
+from adaspark.rules.adaspark.features import block_features
 from adaspark.rules.adaspark.rule import AdaSparkRule
 from adaspark.rules.adaspark.simulator import DrafterProcess, Environment, Simulator, StepCost
 from adaspark.rules.base import RoundOutcome, RoundState
@@ -27,25 +28,27 @@ def block() -> Block:
 
 
 def test_the_prior_prices_a_pick_at_its_head_and_each_parent_sums_below_one() -> None:
-    tree = CandidateTree.from_block(block(), A.logit_eps, A.log_r_floor)
+    tree = from_block(block())
+    feats = block_features(block(), A.logit_eps, A.log_r_floor)
     model = acc.AcceptanceModel(A)
-    terms = acc.RoundTerms(tree, 0, A, 8192.0)
+    terms = acc.RoundTerms(tree, feats, 0, A, 8192.0)
     q = model.probabilities(tree, terms, np.asarray(tree.parent))
     assert q[[0, 8, 16, 24]] == pytest.approx([0.9, 0.6, 0.3, 0.05], abs=1e-9)
     for i in range(4):
         group = q[i * 8:(i + 1) * 8]
         assert group.sum() < 1.0
         # siblings split (1 - h)/2 in proportion to their share of the siblings' total
-        r = tree.logr[i, 1:]
+        r = feats.logr[i, 1:]
         assert group[1:] == pytest.approx((1 - group[0]) / 2 * np.exp(r), rel=1e-9)
 
 
 def test_learning_moves_q_toward_the_labels() -> None:
-    tree = CandidateTree.from_block(block(), A.logit_eps, A.log_r_floor)
+    tree = from_block(block())
+    feats = block_features(block(), A.logit_eps, A.log_r_floor)
     model = acc.AcceptanceModel(A)
-    terms = acc.RoundTerms(tree, 0, A, 8192.0)
+    terms = acc.RoundTerms(tree, feats, 0, A, 8192.0)
     parent = np.asarray(tree.parent)
-    lh, ls, logr = tree.lh.tolist(), tree.ls.tolist(), tree.logr.tolist()
+    lh, ls, logr = feats.lh.tolist(), feats.ls.tolist(), feats.logr.tolist()
     for _ in range(400):  # the pick at position 3 (head 0.05) is always the target's pick
         q = model.probabilities(tree, terms, parent).tolist()
         group = list(range(16, 24))
@@ -71,7 +74,7 @@ def test_every_candidate_of_every_accepted_parent_is_labelled_placed_or_not() ->
     # the anchor's candidates are 0..7; accept the pick (0) then its child position's sibling 12
     assert 0 in placed and 12 not in placed
     path = [0, plan.cand_of_row.index(0) + 1]
-    rule.observe(plan, RoundOutcome(path=path, new_tokens=[0, 12], verify_s=0.02, fixed_s=0.01))
+    rule.observe(plan, RoundOutcome.of(plan, path, [0, 12], verify_s=0.02, fixed_s=0.01))
     s = rule.summary
     assert s.labelled_nodes == 16            # 8 candidates of the anchor, 8 of the pick
     assert rule.model is not None and rule.model.seen == 2

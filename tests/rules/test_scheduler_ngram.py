@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from adaspark.decoding.candidates import NGRAM, from_block
 from adaspark.decoding.drafter.base import Block
-from adaspark.rules.adaspark.candidate_tree import NGRAM, CandidateTree
 from adaspark.rules.adaspark.config import load_config
 from adaspark.rules.adaspark.ngram import NgramIndex, add_chains
 
@@ -54,7 +54,7 @@ def test_chains_mark_agreed_and_contradicted_and_add_new_nodes() -> None:
     ix = index(text)
     # anchor = 13; the earlier passage continues 14, 15, 16, 17
     blk = block_of([[14, 40, 41], [30, 15, 42]])   # pick 14 agrees; at position 1 sibling 15
-    tree = CandidateTree.from_block(blk, 1e-7, -30.0)
+    tree = from_block(blk)
     added = add_chains(ix, tree, 32, 63, (1, 3))
     assert tree.agreed[0] and tree.contra[1] >= 0 and tree.contra[2] >= 0  # 14 agreed
     # the pick's chain: 15 is a sibling at position 1 -> agreed; the pick 30 contradicted
@@ -71,11 +71,11 @@ def test_chains_mark_agreed_and_contradicted_and_add_new_nodes() -> None:
 def test_chains_respect_the_depth_limit_and_the_node_budget() -> None:
     text = list(range(100, 160)) + list(range(100, 104))
     ix = index(text)
-    tree = CandidateTree.from_block(block_of([[1, 2], [3, 4]]), 1e-7, -30.0)
+    tree = from_block(block_of([[1, 2], [3, 4]]))
     add_chains(ix, tree, 32, 63, (1, 3))
     depth = {-1: 0}
     for j, p in enumerate(tree.parent):
         depth[j] = depth[p] + 1
     assert max(depth.values()) <= 32
-    tree2 = CandidateTree.from_block(block_of([[1, 2], [3, 4]]), 1e-7, -30.0)
+    tree2 = from_block(block_of([[1, 2], [3, 4]]))
     assert add_chains(ix, tree2, 32, 5, (1, 3)) == 5

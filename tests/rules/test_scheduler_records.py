@@ -74,5 +74,5 @@ def test_first_round_of_a_request_is_not_learned_by_the_cost_model() -> None:
     assert rule.wants_block(state)
     plan = rule.plan(state, sim.block(w, 300, 4)[0])
     path, new = sim.verify(w, 300, plan.tree)
-    rule.observe(plan, RoundOutcome(path, new, 0.02, 0.01))
+    rule.observe(plan, RoundOutcome.of(plan, path, new, 0.02, 0.01))
     assert [k.measured for k in rule.table.classes] == before

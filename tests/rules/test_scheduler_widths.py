@@ -122,12 +122,18 @@ def test_the_counterfactual_width_prices_ngram_only_candidates_at_zero(tmp_path)
     the chain Eq. (7) takes 8 rows; with it priced at zero, 2 rows."""
     import numpy as np
 
-    from adaspark.rules.adaspark.candidate_tree import NGRAM, PICK, CandidateTree
-    from adaspark.rules.adaspark.chooser import Gains, Valuer, choose
+    from adaspark.decoding.candidates import NGRAM, PICK, CandidateSet
+    from adaspark.rules.adaspark.chooser import (
+        Gains,
+        Valuer,
+        choose,
+        counts_as_ngram,
+        ngram_order,
+    )
     from adaspark.rules.adaspark.rule import RoundContext
 
     rule = AdaSparkRule(log_dir=str(tmp_path / "rounds"))
-    cands = CandidateTree()
+    cands = CandidateSet()
     cands.tokens = list(range(9))
     cands.parent = [-1, 0, 1, 0, 3, 4, 5, 6, 7]
     cands.kind = [PICK] * 3 + [NGRAM] * 6
@@ -137,7 +143,7 @@ def test_the_counterfactual_width_prices_ngram_only_candidates_at_zero(tmp_path)
     rc = RoundContext(context=500, drafted=True, why="choice", width=0, cands=cands, q=q,
                       n0=2, gains=Gains(), predicted_fixed=0.005, rho=None, offered=offered,
                       incumbent_before=8)
-    _, s, s_ng = rule._order(cands, q, rule._counts_as_ngram(cands))
+    _, s, s_ng = ngram_order(cands, q, counts_as_ngram(cands, rule.agreed_counts))
     with_ngram = choose(Valuer(s, s_ng, 2, Gains(), 0.005, None), offered, 8,
                         rule.cfg.width_choice)
     assert with_ngram.width == 8

@@ -1,83 +1,147 @@
-"""The candidate set of one round (§2.2, Figure 1).
+"""The candidate set of one round (§2.2, Figure 1): the one candidate type every width rule uses.
 
 The drafter's block gives, for each of ``B`` positions after the anchor, its pick and ``K-1``
-siblings. The picks form a spine (the pick at position i hangs from the pick at position i-1, the
-first from the anchor); the siblings at position i hang from the same parent as the pick and are
-leaves. N-gram chains (§3.3) add nodes of their own. Candidates are indexed parents first, which
-is what Proposition 1's tie rule needs.
+siblings; drafter candidate ``j = i*K + k`` is rank ``k`` at position ``i``. The picks form a spine
+(the pick at position ``i`` hangs from the pick at ``i-1``, the first from the anchor); the
+siblings at position ``i`` hang from the same parent as the pick and are leaves. N-gram chains
+(§3.3, ``adaspark.rules.adaspark.ngram``) append nodes after the drafter's and mark drafter
+candidates agreed or contradicted. Candidates are indexed parents first, which Proposition 1's
+tie rule needs.
+
+Each candidate has a ``kind`` (``pick``, ``sibling``, ``ngram``: what made it) and a
+:meth:`~CandidateSet.source` (``drafter``, ``agreed``, ``ngram``: Table 7's classes, the names the
+server's ``timings.by_source`` reports). The features Eq. (6) reads from the block live with the
+AdaSpark scheduler (``adaspark.rules.adaspark.features``).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from adaspark.decoding.drafter.base import Block
 
+PICK, SIBLING, NGRAM = "pick", "sibling", "ngram"
+#: Where a verified row came from (Table 7): drafter only, drafter and an n-gram chain, n-gram only.
+SOURCES = ("drafter", "agreed", "ngram")
 
-@dataclass
+
 class CandidateSet:
-    """Flat candidate records, parents first. ``parent`` is -1 for a child of the anchor.
+    """Flat per-candidate lists, parents first. ``parent`` is -1 for a child of the anchor.
 
-    ``source`` is ``pick``, ``sibling`` or ``ngram``; ``position`` is the depth below the anchor
-    minus one; ``rank`` is the drafter's rank at that position (0 = pick, -1 for n-gram nodes).
-    ``agreed`` marks drafter candidates an n-gram chain also proposed.
+    ``position`` is the depth below the anchor minus one; ``head_q`` the head-based estimate
+    before its per-request offset (§3.3: a pick's confidence head, a sibling's share of the top-K
+    softmax mass, an n-gram node's proposal probability). The n-gram chains fill ``agreed`` (a
+    drafter candidate a chain also proposed), ``contra`` (the evidence class of a proposal that
+    contradicted a drafter candidate, -1 for none), ``evidence`` and ``run`` (an n-gram or agreed
+    node's evidence class and the n-gram nodes above it on its path), ``src_p`` (the proposal's
+    probability) and ``marked`` (drafter candidates a chain agreed with or contradicted).
     """
 
-    tokens: list[int] = field(default_factory=list)
-    parent: list[int] = field(default_factory=list)
-    source: list[str] = field(default_factory=list)
-    position: list[int] = field(default_factory=list)
-    rank: list[int] = field(default_factory=list)
-    agreed: list[bool] = field(default_factory=list)
+    __slots__ = ("B", "K", "agreed", "by_edge", "contra", "evidence", "head_q", "kind", "marked",
+                 "n_drafted", "parent", "position", "run", "src_p", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.parent: list[int] = []
+        self.kind: list[str] = []
+        self.position: list[int] = []
+        self.head_q: list[float] = []
+        self.agreed: list[bool] = []
+        self.evidence: list[int] = []
+        self.run: list[int] = []
+        self.contra: list[int] = []
+        self.src_p: list[float] = []
+        self.by_edge: dict[tuple[int, int], int] = {}
+        self.marked: set[int] = set()
+        self.n_drafted = 0
+        self.B = 0
+        self.K = 0
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, token: int, parent: int, source: str, position: int, rank: int) -> int:
-        self.tokens.append(int(token))
-        self.parent.append(int(parent))
-        self.source.append(source)
-        self.position.append(int(position))
-        self.rank.append(int(rank))
-        self.agreed.append(False)
-        return len(self.tokens) - 1
+    def source(self, j: int) -> str:
+        """Candidate ``j``'s class in :data:`SOURCES`: ``drafter`` (drafter only), ``agreed``
+        (a drafter candidate an n-gram chain also proposed) or ``ngram`` (n-gram only)."""
+        if self.kind[j] == NGRAM:
+            return "ngram"
+        return "agreed" if self.agreed[j] else "drafter"
 
-    def children(self, parent: int) -> list[int]:
-        return [j for j, p in enumerate(self.parent) if p == parent]
+    def is_ngram_source(self, j: int, agreed_counts: bool = True) -> bool:
+        """Whether node ``j`` counts toward S_ng: an n-gram node, or (``agreed_counts``) an
+        agreed drafter node."""
+        return self.kind[j] == NGRAM or (agreed_counts and self.agreed[j])
 
-    def pick_index(self, position: int) -> int:
+    def pick(self, position: int) -> int:
         """Index of the drafter's pick at ``position`` (0-based below the anchor)."""
-        for j, (s, pos) in enumerate(zip(self.source, self.position, strict=True)):
-            if s == "pick" and pos == position:
-                return j
-        raise KeyError(position)
+        if not 0 <= position < self.B:
+            raise IndexError(f"position {position} is outside the block's {self.B} positions")
+        return position * self.K
+
+    def drafter_children(self, node: int) -> range:
+        """Drafter candidates hanging from ``node`` (-1 is the anchor)."""
+        K = self.K
+        if node == -1:
+            return range(0, K if self.B > 0 else 0)
+        if node < self.n_drafted and node % K == 0:
+            i = node // K + 1
+            if i < self.B:
+                return range(i * K, (i + 1) * K)
+        return range(0)
+
+    def children_of(self, parents: set[int]) -> dict[int, list[int]]:
+        """Every candidate (placed or not) of each parent in ``parents``."""
+        out: dict[int, list[int]] = {p: [] for p in parents}
+        for j, p in enumerate(self.parent):
+            if p in out:
+                out[p].append(j)
+        return out
+
+    def add_ngram(self, token: int, parent: int, position: int, evidence: int, run: int,
+                  p: float) -> int:
+        """Append an n-gram node below ``parent`` (a chain's proposal of probability ``p``)."""
+        j = len(self.tokens)
+        self.tokens.append(int(token))
+        self.parent.append(parent)
+        self.kind.append(NGRAM)
+        self.position.append(position)
+        self.head_q.append(p)
+        self.agreed.append(False)
+        self.evidence.append(evidence)
+        self.run.append(run)
+        self.contra.append(-1)
+        self.src_p.append(p)
+        self.by_edge[(parent, int(token))] = j
+        return j
 
 
-def from_block(block: Block, n_positions: int | None = None, siblings: bool = True) -> CandidateSet:
+def from_block(block: Block, n_positions: int | None = None, siblings: bool = True
+               ) -> CandidateSet:
     """The fixed-shape tree of one block (§2.2): picks as a spine, siblings as leaves.
 
     ``n_positions`` keeps only the first positions (a chain of three picks uses 3);
-    ``siblings=False`` keeps only the picks (a chain).
+    ``siblings=False`` keeps only the picks (a chain, ``K = 1``).
     """
+    B = block.B if n_positions is None else max(0, min(n_positions, block.B))
+    K = block.K if siblings else 1
+    probs = np.asarray(block.probs[:B], dtype=np.float64)
+    total = probs.sum(axis=1)
+    share = probs[:, :K] / np.where(total > 0, total, np.inf)[:, None]
+    share[:, 0] = np.clip(np.asarray(block.confidence[:B], dtype=np.float64), 0.0, 1.0)
     cs = CandidateSet()
-    parent = -1
-    for i in range(block.B if n_positions is None else min(n_positions, block.B)):
-        pick = cs.add(block.tokens[i, 0], parent, "pick", i, 0)
-        if siblings:
-            for k in range(1, block.K):
-                cs.add(block.tokens[i, k], parent, "sibling", i, k)
-        parent = pick
+    cs.B, cs.K = B, K
+    cs.tokens = np.asarray(block.tokens[:B, :K], dtype=np.int64).ravel().tolist()
+    cs.head_q = np.clip(share, 0.0, 1.0).ravel().tolist()
+    n = B * K
+    cs.n_drafted = n
+    cs.parent = [-1 if i == 0 else (i - 1) * K for i in range(B) for _ in range(K)]
+    cs.kind = [PICK if k == 0 else SIBLING for _ in range(B) for k in range(K)]
+    cs.position = [i for i in range(B) for _ in range(K)]
+    cs.agreed = [False] * n
+    cs.evidence = [-1] * n
+    cs.run = [0] * n
+    cs.contra = [-1] * n
+    cs.src_p = [0.0] * n
+    cs.by_edge = {(p, tok): j for j, (p, tok) in enumerate(zip(cs.parent, cs.tokens,
+                                                                strict=True))}
     return cs
-
-
-def head_based_q(block: Block, cands: CandidateSet) -> np.ndarray:
-    """The head-based estimate without its per-request offset (§3.3): a pick's confidence
-    head, a sibling's share of the top-K softmax mass."""
-    tot = block.probs.sum(axis=1)
-    q = np.empty(len(cands))
-    for j in range(len(cands)):
-        i, k = cands.position[j], cands.rank[j]
-        q[j] = block.confidence[i] if k == 0 else block.probs[i, k] / max(tot[i], 1e-30)
-    return np.clip(q, 0.0, 1.0)

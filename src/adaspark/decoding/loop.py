@@ -15,19 +15,19 @@ from typing import Any
 
 from adaspark.decoding.drafter.base import Drafter, DrafterStats
 from adaspark.decoding.engine import Target
-from adaspark.rules.base import RoundOutcome, RoundState, WidthRule
+from adaspark.rules.base import RoundCounts, RoundOutcome, RoundState, WidthRule
 
 
 @dataclass
 class Generation:
     """One reply. ``tokens`` are the generated ids (an end-of-generation token included when the
-    model emitted one); ``decode_s`` is the time of the rounds (prefill excluded)."""
+    model emitted one); ``decode_s`` is the time of the rounds (prefill excluded). ``counts``
+    sums the rounds' :class:`~adaspark.rules.base.RoundCounts` (rows and accepted rows by
+    source), the one count of drafted rows."""
 
     tokens: list[int]
     prompt_tokens: int
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
+    counts: RoundCounts = field(default_factory=RoundCounts)
     prefill_s: float = 0.0
     reused: int = 0  # prompt tokens the prefill took from the cache (llama-server's cache_n)
     decode_s: float = 0.0
@@ -37,6 +37,19 @@ class Generation:
     width_hist: dict[int, int] = field(default_factory=dict)
     gaps: list[float] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rounds(self) -> int:
+        return self.counts.rounds
+
+    @property
+    def drafted(self) -> int:
+        """Candidate rows verified (the anchor rows excluded)."""
+        return self.counts.n_drafted
+
+    @property
+    def accepted(self) -> int:
+        return self.counts.n_accepted
 
     @property
     def tokens_per_s(self) -> float:
@@ -55,16 +68,20 @@ def generate(
     on_tokens: Callable[[list[int]], None] | None = None,
     stats: DrafterStats | None = None,
     request_id: str | None = None,
+    counts: RoundCounts | None = None,
 ) -> Generation:
     """Decode up to ``max_tokens`` greedily after ``prompt`` with ``rule`` choosing each verify.
 
     ``on_tokens`` is called with each round's committed tokens as they are committed (the
     server streams them). With ``want_gaps`` the top-2 logit gap of the row that produced each
-    generated token is kept (near-tie analysis, HARNESS).
+    generated token is kept (near-tie analysis, HARNESS). ``counts``, when given, is the
+    accumulator the result's ``counts`` is (so a caller still reads the rounds' counts when a
+    round's callback raised).
     """
     if rule.uses_drafter and drafter is None:
         raise ValueError(f"width rule {rule.name!r} needs a drafter; the arm gives none")
-    gen = Generation(tokens=[], prompt_tokens=len(prompt))
+    gen = Generation(tokens=[], prompt_tokens=len(prompt),
+                     counts=counts if counts is not None else RoundCounts())
     prefilled = target.prefill(prompt)
     gen.prefill_s = prefilled.seconds
     gen.reused = prefilled.reused
@@ -103,18 +120,13 @@ def generate(
         gen.token_times.extend([now] * len(emitted))
         if want_gaps and res.gap is not None:
             gen.gaps.extend(float(res.gap[r]) for r in path[: len(emitted)])
-        gen.rounds += 1
-        gen.drafted += plan.tree.n_rows - 1
-        gen.accepted += len(path) - 1
+        outcome = RoundOutcome.of(plan, path, new, res.verify_s, fixed_s,
+                                  draft_s=block.draft_s if block is not None else 0.0,
+                                  commit_s=commit_s)
+        gen.counts.add(outcome.counts)
         gen.verify_s += res.verify_s
         gen.width_hist[plan.tree.n_rows] = gen.width_hist.get(plan.tree.n_rows, 0) + 1
-        if stats is not None:
-            stats.n_drafted += plan.tree.n_rows - 1
-            stats.n_accepted += len(path) - 1
-        rule.observe(plan, RoundOutcome(path=path, new_tokens=new, verify_s=res.verify_s,
-                                        fixed_s=fixed_s,
-                                        draft_s=block.draft_s if block is not None else 0.0,
-                                        commit_s=commit_s))
+        rule.observe(plan, outcome)
         if on_tokens is not None and emitted:
             on_tokens(emitted)
         if gen.stop == "eog":

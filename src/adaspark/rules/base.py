@@ -1,14 +1,16 @@
 """The width-rule interface (Algorithm 1, lines 5-12) and the registry of rules by config name.
 
 A rule sees the round's state and the drafter's block and returns the verify tree (a
-:class:`RoundPlan`); after the verify it is told the outcome. The speculative loop
-(:mod:`adaspark.decoding.loop`) runs any registered rule. Rules are looked up by their config
-name (``arm.width_rule``).
+:class:`RoundPlan`); after the verify it is told the outcome, which carries the round's rows and
+accepted rows by source (:class:`RoundCounts`, counted once by :func:`count_by_source`). The
+speculative loop (:mod:`adaspark.decoding.loop`) runs any registered rule and sums the rounds'
+counts into its result. Rules are looked up by their config name (``arm.width_rule``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +40,8 @@ class RoundState:
 
 @dataclass
 class RoundPlan:
-    """The verify a rule asks for. ``cand_of_row[r-1]`` is the candidate held by row r."""
+    """The verify a rule asks for. ``cand_of_row[r-1]`` is the candidate of ``candidates`` held
+    by row r."""
 
     tree: Tree
     candidates: CandidateSet | None = None
@@ -47,11 +50,66 @@ class RoundPlan:
     info: dict[str, Any] = field(default_factory=dict)
     state: Any = None  # the rule's own per-round state, handed back in observe()
 
+    def row_source(self, row: int) -> str:
+        """Where verify row ``row`` (1 = the first after the anchor) came from, as
+        :meth:`CandidateSet.source <adaspark.decoding.candidates.CandidateSet.source>` says;
+        ``drafter`` for a row the plan holds no candidate for."""
+        if self.candidates is None or row - 1 >= len(self.cand_of_row):
+            return "drafter"
+        return self.candidates.source(self.cand_of_row[row - 1])
+
+
+def count_by_source(plan: RoundPlan, rows: Iterable[int]) -> dict[str, int]:
+    """How many of ``rows`` (verify rows of ``plan``, the anchor excluded) came from each source
+    (:data:`~adaspark.decoding.candidates.SOURCES`); sources with no row are left out."""
+    out: dict[str, int] = {}
+    for row in rows:
+        s = plan.row_source(row)
+        out[s] = out.get(s, 0) + 1
+    return out
+
+
+@dataclass
+class RoundCounts:
+    """Verified candidate rows (``drafted``) and accepted ones, by source, over ``rounds``
+    rounds: one round's (:meth:`RoundOutcome.of`) or a reply's (the loop's sum)."""
+
+    rounds: int = 0
+    drafted: dict[str, int] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of_round(cls, plan: RoundPlan, path: list[int]) -> RoundCounts:
+        """One round: every row after the anchor, and the accepted ``path`` (from the anchor)."""
+        return cls(1, count_by_source(plan, range(1, plan.tree.n_rows)),
+                   count_by_source(plan, path[1:]))
+
+    @property
+    def n_drafted(self) -> int:
+        return sum(self.drafted.values())
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(self.accepted.values())
+
+    def add(self, other: RoundCounts) -> None:
+        self.rounds += other.rounds
+        for mine, theirs in ((self.drafted, other.drafted), (self.accepted, other.accepted)):
+            for s, n in theirs.items():
+                mine[s] = mine.get(s, 0) + n
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        """Per source seen: ``{"drafted": n, "accepted": m}`` (the server's ``by_source``)."""
+        srcs = sorted(set(self.drafted) | set(self.accepted))
+        return {s: {"drafted": self.drafted.get(s, 0), "accepted": self.accepted.get(s, 0)}
+                for s in srcs}
+
 
 @dataclass
 class RoundOutcome:
     """What the verify did: the accepted rows (from the anchor), the committed tokens, the
-    measured verify time and the round's fixed cost D (drafter forward plus tree build).
+    measured verify time, the round's fixed cost D (drafter forward plus tree build) and its
+    rows by source (``counts``; build an outcome with :meth:`of`, which counts them).
 
     ``draft_s`` is the drafter's part of D (the rest is the tree build: the rule's ``plan``);
     ``commit_s`` is the target's commit after the verify (Figure 7's anatomy of a round)."""
@@ -60,8 +118,16 @@ class RoundOutcome:
     new_tokens: list[int]
     verify_s: float
     fixed_s: float
+    counts: RoundCounts
     draft_s: float = 0.0
     commit_s: float = 0.0
+
+    @classmethod
+    def of(cls, plan: RoundPlan, path: list[int], new_tokens: list[int], verify_s: float,
+           fixed_s: float, draft_s: float = 0.0, commit_s: float = 0.0) -> RoundOutcome:
+        """The outcome of verifying ``plan``, its rows counted by source."""
+        return cls(path, new_tokens, verify_s, fixed_s, RoundCounts.of_round(plan, path),
+                   draft_s, commit_s)
 
 
 class WidthRule(ABC):

@@ -4,7 +4,7 @@ width filled best first by the head-based estimate (the baselines of §4 and Tab
 
 from __future__ import annotations
 
-from adaspark.decoding.candidates import from_block, head_based_q
+from adaspark.decoding.candidates import from_block
 from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.tree import best_first_order, chain_tree, prefix_tree
 from adaspark.rules.base import RoundPlan, RoundState, WidthRule
@@ -60,9 +60,8 @@ class Pinned(WidthRule):
     def plan(self, state: RoundState, block: Block | None) -> RoundPlan:
         assert block is not None
         cands = from_block(block)
-        q = head_based_q(block, cands)
-        order, S = best_first_order(cands.parent, q)
+        order, S = best_first_order(cands.parent, cands.head_q)
         n = min(self.width, state.max_rows, len(cands) + 1)
         tree, rows = prefix_tree(state.anchor, cands.tokens, cands.parent, order, n,
-                                 cands.source, max_rows=state.max_rows)
+                                 cands.kind, max_rows=state.max_rows)
         return RoundPlan(tree, cands, rows, why="pinned", info={"S": float(S[n - 1])})

@@ -19,94 +19,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from adaspark.decoding.drafter.base import Block, DrafterStats
+from adaspark.decoding.drafter.base import DrafterStats
 from adaspark.decoding.loop import Generation, generate
-from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule, make_rule
+from adaspark.rules.base import RoundCounts, make_rule
 from adaspark.schema import ArmConfig
 from adaspark.serving import chat, tool_calls
 from adaspark.serving.requests import TOOL_FALLBACKS, ChatRequest, RequestError
-
-# ---------------------------------------------------------------------------------------------
-# Round statistics
-
-
-@dataclass
-class RoundCounts:
-    """Per-request counters of the rounds a rule ran: per source (:func:`row_source`), verified
-    candidate rows and accepted ones."""
-
-    rounds: int = 0
-    drafted: dict[str, int] = field(default_factory=dict)
-    accepted: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, dict[str, int]]:
-        srcs = sorted(set(self.drafted) | set(self.accepted))
-        return {s: {"drafted": self.drafted.get(s, 0), "accepted": self.accepted.get(s, 0)}
-                for s in srcs}
-
-
-def row_source(plan: RoundPlan) -> Callable[[int], str]:
-    """Each verify row's source as Table 7 counts them: ``drafter`` (drafter only), ``agreed``
-    (drafter candidates an n-gram chain also proposed) or ``ngram`` (n-gram only).
-
-    Reads the plan's :class:`~adaspark.decoding.candidates.CandidateSet`, or the candidate tree the
-    AdaSpark scheduler keeps in its plan's round context (which classifies itself)."""
-    cands = plan.candidates
-    tree = getattr(getattr(plan, "round", None), "cands", None)
-
-    def source(row: int) -> str:
-        if row - 1 >= len(plan.cand_of_row):
-            return "drafter"
-        j = plan.cand_of_row[row - 1]
-        if cands is not None:
-            if cands.source[j] == "ngram":
-                return "ngram"
-            return "agreed" if cands.agreed[j] else "drafter"
-        if tree is not None and callable(getattr(tree, "source", None)):
-            return str(tree.source(j))
-        return "drafter"
-
-    return source
-
-
-class CountingRule(WidthRule):
-    """Wraps the arm's width rule and counts each round's rows and accepted rows by source.
-    Behaviour is the inner rule's; only counters are added (composition, STYLE habit 1)."""
-
-    def __init__(self, inner: WidthRule) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.uses_drafter = inner.uses_drafter
-        self.counts = RoundCounts()
-
-    def begin_request(self, prompt: list[int], request_id: str | None = None) -> None:
-        self.counts = RoundCounts()
-        self.inner.begin_request(prompt, request_id)
-
-    def wants_block(self, state: RoundState) -> bool:
-        return self.inner.wants_block(state)
-
-    def block_positions(self, default: int) -> int:
-        return self.inner.block_positions(default)
-
-    def plan(self, state: RoundState, block: Block | None) -> RoundPlan:
-        return self.inner.plan(state, block)
-
-    def observe(self, plan: RoundPlan, outcome: RoundOutcome) -> None:
-        c = self.counts
-        c.rounds += 1
-        source = row_source(plan)
-        for row in range(1, plan.tree.n_rows):
-            s = source(row)
-            c.drafted[s] = c.drafted.get(s, 0) + 1
-        for row in outcome.path[1:]:
-            s = source(row)
-            c.accepted[s] = c.accepted.get(s, 0) + 1
-        self.inner.observe(plan, outcome)
-
-    def end_request(self) -> dict[str, Any]:
-        return self.inner.end_request()
-
 
 # ---------------------------------------------------------------------------------------------
 # The engine side
@@ -193,7 +111,6 @@ class ArmService:
         self.exact = exact
         self.store_dir = store_dir
         self.parts = arms.build(cfg, arm, exact=exact, **extra)
-        self.counting = CountingRule(self.parts.rule)
         t = self.parts.target
         if chat_template is not None:
             self.template = Path(chat_template).read_text(encoding="utf-8")
@@ -316,17 +233,18 @@ class ArmService:
                 raise _Cancelled
 
         stats = DrafterStats()
+        counts = RoundCounts()  # the loop's count; still read when a round's callback raised
         error = None
         gen: Generation | None = None
         try:
-            gen = generate(t, job.prompt, job.max_tokens, self.counting, self.parts.drafter,
+            gen = generate(t, job.prompt, job.max_tokens, self.parts.rule, self.parts.drafter,
                            self.parts.block_positions, on_tokens=on_tokens, stats=stats,
-                           request_id=job.request_id)
+                           request_id=job.request_id, counts=counts)
             stop = gen.stop
         except _Cancelled:
             stop = "cancelled"
             try:
-                self.counting.end_request()
+                self.parts.rule.end_request()
             except Exception:  # the rule's bookkeeping must not take the server down
                 pass
         except Exception as e:  # reported to the client; the server keeps serving
@@ -342,14 +260,15 @@ class ArmService:
                   "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
         n_gen = len(gen.tokens) if gen is not None else n_out[0]
         keep = gen.reused if gen is not None else 0
-        timings = self._timings(gen, stats, keep, len(job.prompt), stop)
+        timings = self._timings(gen, counts, stats, keep, len(job.prompt), stop)
         return JobResult(message=assembler.message(), finish_reason=finish,
                          prompt_tokens=len(job.prompt), completion_tokens=n_gen,
                          timings=timings, error=error)
 
-    def _timings(self, gen: Generation | None, stats: DrafterStats, cache_n: int,
-                 n_prompt: int, stop: str) -> dict[str, Any]:
-        c = self.counting.counts
+    def _timings(self, gen: Generation | None, c: RoundCounts, stats: DrafterStats,
+                 cache_n: int, n_prompt: int, stop: str) -> dict[str, Any]:
+        """The last chunk's ``timings``; ``c`` is the rounds' counts (``gen.counts`` when the
+        decode finished)."""
         if gen is None:
             return {"stop": stop, "cache_n": cache_n, "rounds": c.rounds,
                     "by_source": c.as_dict()}
@@ -372,7 +291,7 @@ class ArmService:
             "width1_rounds": gen.width_hist.get(1, 0),
             "by_source": c.as_dict(),
             "stop": stop,
-            "rule": self.counting.name,
+            "rule": self.parts.rule.name,
             "rule_summary": gen.summary,
         })
 

@@ -122,7 +122,7 @@ def survey_rows(
 def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = print) -> Path:
     """Load the models, make the prompts, measure, and write ``survey.parquet`` and
     ``survey.json`` under ``out``."""
-    from adaspark.decoding.candidates import from_block, head_based_q
+    from adaspark.decoding.candidates import from_block
     from adaspark.decoding.tree import best_first_order, prefix_tree
 
     settings = SurveySettings.from_section(params.get("survey"))
@@ -145,7 +145,7 @@ def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = p
             drafter.begin(list(committed))
             block = drafter.draft(list(committed), settings.block_positions)
             cands = from_block(block)
-            order, _ = best_first_order(cands.parent, head_based_q(block, cands))
+            order, _ = best_first_order(cands.parent, cands.head_q)
             return {w: prefix_tree(committed[-1], cands.tokens, cands.parent, order, w,
                                    max_rows=target.max_rows)[0] for w in widths}
 

@@ -75,11 +75,11 @@ class Drafter(ABC):
 
 @dataclass
 class DrafterStats:
-    """Counters kept by the dispatcher for every drafter."""
+    """Counters kept by the dispatcher for every drafter: blocks drafted and their time (the rows
+    verified and accepted are counted once, by source, in the loop's
+    :class:`~adaspark.rules.base.RoundCounts`)."""
 
     n_blocks: int = 0
-    n_drafted: int = 0
-    n_accepted: int = 0
     draft_s: float = 0.0
 
 

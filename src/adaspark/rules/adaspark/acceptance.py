@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from adaspark.rules.adaspark.candidate_tree import NGRAM, PICK, CandidateTree, logit
+from adaspark.decoding.candidates import NGRAM, PICK, CandidateSet
 from adaspark.rules.adaspark.config import AcceptanceConfig
+from adaspark.rules.adaspark.features import Features, logit
 from adaspark.rules.adaspark.ngram import EVIDENCE_NAMES, run_class
 
 N_EVIDENCE = len(EVIDENCE_NAMES)
@@ -91,13 +92,15 @@ def prior_coefficients(cfg: AcceptanceConfig) -> np.ndarray:
 
 
 class RoundTerms:
-    """What the model reads about one round's candidates: the sparse bucket terms and the fixed
-    ``base`` of each n-gram, agreed or contradicted node (Eq. 6), computed once per round."""
+    """What the model reads about one round's candidates: the drafter positions' features, the
+    sparse bucket terms and the fixed ``base`` of each n-gram, agreed or contradicted node
+    (Eq. 6), computed once per round."""
 
-    __slots__ = ("base", "coef", "idx", "u")
+    __slots__ = ("base", "coef", "features", "idx", "u")
 
-    def __init__(self, tree: CandidateTree, context: int, cfg: AcceptanceConfig,
-                 unit: float) -> None:
+    def __init__(self, tree: CandidateSet, features: Features, context: int,
+                 cfg: AcceptanceConfig, unit: float) -> None:
+        self.features = features
         self.u = context / unit
         idx: list[int] = []
         coef: list[int] = []
@@ -166,15 +169,16 @@ class AcceptanceModel:
             self._w_arr = np.asarray(self.w, dtype=np.float64)
         return self._w_arr
 
-    def scores(self, tree: CandidateTree, terms: RoundTerms) -> np.ndarray:
+    def scores(self, tree: CandidateSet, terms: RoundTerms) -> np.ndarray:
         w = self.weights()
         B, D = tree.B, tree.n_drafted
+        f = terms.features
         s = np.zeros(len(tree))
         if D:
             pos = np.arange(B, dtype=np.float64)
-            common = w[A_SIB + 2] * tree.lh + w[A_SIB + 3] * tree.ls + w[DEPTH] * pos
-            blk = w[A_SIB] + w[A_SIB + 1] * tree.logr + common[:, None]
-            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * tree.lh + w[A_PICK + 2] * tree.ls \
+            common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + w[DEPTH] * pos
+            blk = w[A_SIB] + w[A_SIB + 1] * f.logr + common[:, None]
+            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls \
                 + w[DEPTH] * pos
             s[:D] = blk.ravel()
         s += w[CONTEXT] * terms.u + self.b
@@ -182,7 +186,7 @@ class AcceptanceModel:
             s[terms.idx] += w[terms.coef] + terms.base
         return s
 
-    def probabilities(self, tree: CandidateTree, terms: RoundTerms,
+    def probabilities(self, tree: CandidateSet, terms: RoundTerms,
                       parent: np.ndarray) -> np.ndarray:
         return softmax_by_parent(self.scores(tree, terms), parent)
 
@@ -208,7 +212,7 @@ class AcceptanceModel:
             self.w[i] = prior - (z - math.copysign(gate, z)) / (
                 (c.drafter_ftrl_stabiliser + math.sqrt(n_new)) / rate + c.drafter_l2)
 
-    def learn_group(self, tree: CandidateTree, group: list[int], label: int | None,
+    def learn_group(self, tree: CandidateSet, group: list[int], label: int | None,
                     p: list[float], coef_of: dict[int, int], u: float,
                     lh: list[float], ls: list[float], logr: list[list[float]]) -> None:
         """One labelled parent: its candidates ``group``, the model's probabilities ``p`` for
@@ -314,3 +318,48 @@ class HeadEstimate:
         self.g2 += g * g
         b = self.b - c.head_offset_adagrad_rate * g / (c.adagrad_stabiliser + math.sqrt(self.g2))
         self.b = min(max(b, -c.head_offset_band), c.head_offset_band)
+
+
+def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bonus: int,
+                q_head: list[float], head_raw: list[float], q_model: list[float] | None,
+                terms: RoundTerms | None, placed: set[int], model: AcceptanceModel | None,
+                head: HeadEstimate | None, offset_all: bool) -> tuple[int, float, float]:
+    """Algorithm 1, line 17: every candidate of every accepted parent (the anchor and the
+    ``accepted`` candidates; placed or not) is labelled by the target's pick after it (the next
+    accepted candidate's token, or the ``bonus`` token last). Per parent the guard scores both
+    estimates before either learns, then the fitted model learns the group and the head offset
+    (``head``, ``None`` when off) each candidate (only the ``placed`` ones unless
+    ``offset_all``). Returns the labelled candidates and the summed log losses of the fitted
+    model (0 without one) and of the head-based estimate."""
+    parents = [-1, *accepted]
+    picks = [cands.tokens[j] for j in accepted] + [int(bonus)]
+    groups = cands.children_of(set(parents))
+    coef_of = terms.coef_of() if terms is not None else {}
+    u = terms.u if terms is not None else 0.0
+    lh = features.lh.tolist()
+    ls = features.ls.tolist()
+    logr = features.logr.tolist()
+    n_lab, loss_m, loss_h = 0, 0.0, 0.0
+    for parent, pick in zip(parents, picks, strict=True):
+        group = groups.get(parent) or []
+        if not group:
+            continue
+        label = next((j for j in group if cands.tokens[j] == pick), None)
+        lm = lh_ = 0.0
+        for j in group:
+            y = j == label
+            lh_ += node_loss(q_head[j], y)
+            if q_model is not None:
+                lm += node_loss(q_model[j], y)
+        n_lab += len(group)
+        loss_h += lh_
+        loss_m += lm
+        if model is not None and q_model is not None:
+            model.score_guard(lm, lh_)
+            model.learn_group(cands, group, label, [q_model[j] for j in group], coef_of,
+                              u, lh, ls, logr)
+        if head is not None:
+            for j in group:
+                if offset_all or j in placed:
+                    head.observe(head_raw[j], j == label)
+    return n_lab, loss_m, loss_h

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from adaspark.decoding.candidates import NGRAM, CandidateSet
+from adaspark.decoding.tree import best_first_order
 from adaspark.rules.adaspark.config import WidthChoiceConfig
 from adaspark.rules.adaspark.cost_law import context_band
 
@@ -320,3 +322,62 @@ class DraftForecast:
 
     def load_state(self, s: dict[str, Any]) -> None:
         self.bands = {int(k): [float(x) for x in v] for k, v in s.items()}
+
+
+def width1_switch(w1_incumbent: bool, t1: float, forecast: tuple[float, float],
+                  rho: float | None, cfg: WidthChoiceConfig) -> bool:
+    """The width-1 extension's choice (§3.4), before the drafter is called: whether plain decode
+    (one token in ``t1`` seconds, no drafter call) holds the round, given the drafted round's
+    forecast ``(tokens, seconds)``. Values are ``tokens - rho seconds`` (Eq. 7's pricing), or the
+    per-round ratio ``tokens / seconds`` while ``rho`` is ``None``; the incumbent ``w1_incumbent``
+    is kept unless the other beats it by the hysteresis margin (per token of the incumbent) or,
+    for the ratio, by ``ratio_margin``. Returns the new incumbent (``True``: plain decode)."""
+    a_tokens, c_time = forecast
+
+    def value(tokens: float, seconds: float) -> float:
+        return tokens / seconds if rho is None else tokens - rho * seconds
+
+    v1, vd = value(1.0, t1), value(a_tokens, c_time)
+    if w1_incumbent:
+        inc_v, inc_tokens, alt_v = v1, 1.0, vd
+    else:
+        inc_v, inc_tokens, alt_v = vd, a_tokens, v1
+    if rho is None:
+        switch = alt_v > inc_v * (1.0 + cfg.ratio_margin)
+    else:
+        switch = alt_v > inc_v + cfg.hysteresis_margin * inc_tokens
+    return bool(w1_incumbent != switch)
+
+
+def counts_as_ngram(cands: CandidateSet, agreed_counts: bool) -> np.ndarray:
+    """The candidates Eq. (7) prices with the n-gram gain: n-gram-only, and agreed ones when
+    ``agreed_counts`` (``agreed_counts_as: ngram``)."""
+    is_ng = np.asarray(cands.kind) == NGRAM
+    if agreed_counts:
+        is_ng |= np.asarray(cands.agreed, dtype=bool)
+    return is_ng
+
+
+def ngram_order(cands: CandidateSet, q: np.ndarray,
+                is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
+    ``is_ng`` marks) under ``q``."""
+    order, S = best_first_order(cands.parent, q)
+    s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * is_ng[order])))
+    return order, S, s_ng
+
+
+def width_without_ngram(cands: CandidateSet, q: np.ndarray, agreed_counts: bool,
+                        valuer_args: tuple[int, Gains, float, float | None],
+                        offered: list[tuple[int, float]], incumbent: int,
+                        cfg: WidthChoiceConfig) -> int | None:
+    """Table 7: the width Eq. (7) would take with the round's n-gram-only candidates priced at
+    zero (``q = 0``: they, and everything below them, expect nothing), from the same prices,
+    gains, rho and incumbent (``valuer_args``: n0, gains, D, rho of :class:`Valuer`). ``None``
+    when the round has no n-gram-only candidate."""
+    ng_only = np.asarray(cands.kind) == NGRAM
+    if not ng_only.any():
+        return None
+    _, S0, s_ng0 = ngram_order(cands, np.where(ng_only, 0.0, q),
+                               counts_as_ngram(cands, agreed_counts))
+    return choose(Valuer(S0, s_ng0, *valuer_args), offered, incumbent, cfg).width

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adaspark.rules.adaspark.candidate_tree import NGRAM, PICK, CandidateTree
+from adaspark.decoding.candidates import NGRAM, PICK, CandidateSet
 from adaspark.rules.adaspark.config import NgramConfig
 
 #: Evidence classes of a proposal (Eq. 6's bucket evidence; the precision is kept per class).
@@ -165,7 +165,7 @@ def run_class(run: int, edges: tuple[int, int]) -> int:
     return 1 if run < edges[1] else 2
 
 
-def add_chains(index: NgramIndex, tree: CandidateTree, depth_limit: int, max_added: int,
+def add_chains(index: NgramIndex, tree: CandidateSet, depth_limit: int, max_added: int,
                run_edges: tuple[int, int]) -> int:
     """Algorithm 1, line 4: n-gram chains from the anchor and from each pick, into ``tree``.
 

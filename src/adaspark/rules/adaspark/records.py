@@ -1,22 +1,32 @@
 """The scheduler's records: one schema per row, as dataclasses and as pyarrow schemas.
 
 - :class:`RequestSummary`, always (cheap): one per reply. Table 2 and Figure 4 read the log
-  losses; §4.6 the cold-start rounds and time.
+  losses; §4.6 the cold-start rounds and time. Its rows and accepted rows by source are the
+  loop's one count (:class:`~adaspark.rules.base.RoundCounts`), added by :func:`add_counts`.
 - :class:`RoundRecord`, only with logging on: one per round (Figures 7-10, Table 7, the
-  notebook). :class:`RoundLogWriter` keeps a request's rows in memory and writes them as one
+  notebook), built by :func:`round_record` from what the round planned and what it did.
+  :class:`RoundLogWriter` keeps a request's rows in memory and writes them as one
   Parquet file per request into a directory (a dataset: ``pandas.read_parquet(directory)``),
   atomically (:func:`adaspark.io.write_parquet`). With logging off no row object is ever built.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
+from adaspark.decoding.candidates import NGRAM
 from adaspark.io import arrow_schema, write_parquet
+from adaspark.rules.adaspark.chooser import Gains
+from adaspark.rules.base import RoundCounts, RoundOutcome, RoundPlan
+
+if TYPE_CHECKING:  # the rule module builds records; only its round context's type is read here
+    from adaspark.rules.adaspark.rule import RoundContext
 
 
 @dataclass
@@ -102,6 +112,74 @@ class RequestSummary:
         self.logloss_fitted = self._loss_fitted / nf if nf else None
         self.logloss_head = self._loss_head / n if n else None
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+
+def request_id(n: int, prompt: list[int]) -> str:
+    """A reply's id when the caller gives none: its number and a hash of its prompt."""
+    h = hashlib.blake2b(np.asarray(prompt, dtype=np.int64).tobytes(), digest_size=4).hexdigest()
+    return f"{n:05d}-{h}"
+
+
+def add_counts(summary: RequestSummary, counts: RoundCounts) -> None:
+    """Add rounds, their rows and accepted rows by source (the loop's count) to ``summary``."""
+    d, a = counts.drafted, counts.accepted
+    summary.rounds += counts.rounds
+    summary.rows_drafter += d.get("drafter", 0)
+    summary.rows_agreed += d.get("agreed", 0)
+    summary.rows_ngram += d.get("ngram", 0)
+    summary.accepted_drafter += a.get("drafter", 0)
+    summary.accepted_agreed += a.get("agreed", 0)
+    summary.accepted_ngram += a.get("ngram", 0)
+
+
+def add_losses(summary: RequestSummary, n_labelled: int, loss_fitted: float, loss_head: float,
+               fitted: bool) -> tuple[int, float | None, float | None]:
+    """Add a round's labelled candidates and summed log losses (the fitted model's only when it
+    priced candidates, ``fitted``) to ``summary``; return the round's per-node losses as its
+    record holds them (``None`` where nothing was labelled or there is no fitted model)."""
+    summary.labelled_nodes += n_labelled
+    summary._loss_head += loss_head
+    if fitted:
+        summary._loss_fitted += loss_fitted
+        summary._nodes_fitted += n_labelled
+    if not n_labelled:
+        return 0, None, None
+    return n_labelled, (loss_fitted / n_labelled if fitted else None), loss_head / n_labelled
+
+
+def round_record(request_id: str, round_index: int, rc: RoundContext, plan: RoundPlan,
+                 outcome: RoundOutcome, width_without_ngram: int | None) -> RoundRecord:
+    """The record of one round: what ``plan`` decided (its context ``rc``) and what the verify
+    did (``outcome``, its rows by source included). Losses are filled in after learning."""
+    g = rc.gains or Gains()
+    cands = rc.cands
+    rows_src, acc_src = outcome.counts.drafted, outcome.counts.accepted
+    drafted = rc.drafted
+    return RoundRecord(
+        request_id=request_id, round_index=round_index,
+        context=rc.context, width=plan.tree.n_rows, why=rc.why, explored=rc.explored,
+        offered_widths=[w for w, _ in rc.offered],
+        offered_prices_s=[p for _, p in rc.offered], reference_width=rc.n0,
+        n_candidates=len(cands) if cands is not None else 0,
+        n_ngram_candidates=(sum(1 for k in cands.kind if k == NGRAM)
+                            if cands is not None else 0),
+        s=rc.s_chosen[0], s_d=rc.s_chosen[1], s_ng=rc.s_chosen[2],
+        g_d=g.d, g_n=g.n, g_d_below=g.d_below, g_n_below=g.n_below, rho=rc.rho,
+        predicted_verify_s=rc.predicted_verify, measured_verify_s=outcome.verify_s,
+        predicted_fixed_s=rc.predicted_fixed if drafted else 0.0,
+        fixed_s=outcome.fixed_s if drafted else 0.0,
+        draft_s=outcome.draft_s if drafted else 0.0,
+        tree_build_s=max(outcome.fixed_s - outcome.draft_s, 0.0) if drafted else 0.0,
+        commit_s=outcome.commit_s,
+        committed=len(outcome.new_tokens), accepted_path=list(outcome.path),
+        rows_drafter=rows_src.get("drafter", 0), rows_agreed=rows_src.get("agreed", 0),
+        rows_ngram=rows_src.get("ngram", 0), accepted_drafter=acc_src.get("drafter", 0),
+        accepted_agreed=acc_src.get("agreed", 0), accepted_ngram=acc_src.get("ngram", 0),
+        n_labelled=0, logloss_fitted=None, logloss_head=None,
+        guard="fitted" if rc.priced_fitted else "head",
+        width_without_ngram=width_without_ngram,
+        ngram_widened=(None if width_without_ngram is None
+                       else width_without_ngram < rc.width_chosen))
 
 
 ROUND_SCHEMA = arrow_schema(RoundRecord)

@@ -24,7 +24,6 @@ extension (plain decode offered to the chooser, decided before the drafter is ca
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from adaspark.decoding.candidates import CandidateSet, from_block
 from adaspark.decoding.drafter.base import Block
-from adaspark.decoding.tree import best_first_order, chain_tree, prefix_tree
+from adaspark.decoding.tree import chain_tree, prefix_tree
 from adaspark.rules.adaspark import acceptance as acc
-from adaspark.rules.adaspark.candidate_tree import NGRAM, CandidateTree
 from adaspark.rules.adaspark.chooser import (
     DraftForecast,
     GainLearner,
@@ -44,12 +43,24 @@ from adaspark.rules.adaspark.chooser import (
     Valuer,
     choose,
     could_beat,
+    counts_as_ngram,
+    ngram_order,
     reference_width,
+    width1_switch,
+    width_without_ngram,
 )
 from adaspark.rules.adaspark.config import SchedulerConfig, load_config
+from adaspark.rules.adaspark.features import Features, block_features
 from adaspark.rules.adaspark.ngram import NgramIndex, add_chains
-from adaspark.rules.adaspark.records import RequestSummary, RoundLogWriter, RoundRecord
-from adaspark.rules.adaspark.store import load_store, save_store
+from adaspark.rules.adaspark.records import (
+    RequestSummary,
+    RoundLogWriter,
+    add_counts,
+    add_losses,
+    round_record,
+)
+from adaspark.rules.adaspark.records import request_id as request_id_of
+from adaspark.rules.adaspark.store import learned_state, load_learned, load_store, save_store
 from adaspark.rules.adaspark.width_table import WidthTable, envelope
 from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule
 
@@ -63,7 +74,8 @@ class RoundContext:
     why: str
     width: int
     explored: bool = False
-    cands: CandidateTree | None = None
+    cands: CandidateSet | None = None
+    features: Features | None = None
     order: list[int] = field(default_factory=list)
     rank: np.ndarray | None = None
     s: np.ndarray | None = None
@@ -91,11 +103,6 @@ class AdaSparkPlan(RoundPlan):
     """A :class:`RoundPlan` that carries the round's context to ``observe``."""
 
     round: RoundContext | None = None
-
-
-def _request_id(n: int, prompt: list[int]) -> str:
-    h = hashlib.blake2b(np.asarray(prompt, dtype=np.int64).tobytes(), digest_size=4).hexdigest()
-    return f"{n:05d}-{h}"
 
 
 class AdaSparkRule(WidthRule):
@@ -189,7 +196,7 @@ class AdaSparkRule(WidthRule):
 
     def begin_request(self, prompt: list[int], request_id: str | None = None) -> None:
         self.n_requests += 1
-        self.summary = RequestSummary(request_id or _request_id(self.n_requests, prompt))
+        self.summary = RequestSummary(request_id or request_id_of(self.n_requests, prompt))
         self.index.reset()
         if self.ngram_on:
             self.index.extend(list(prompt), score=self.cfg.ngram_fill.precision_scores_prompt)
@@ -229,23 +236,8 @@ class AdaSparkRule(WidthRule):
             self.w1_incumbent = False
             return True
         rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
-        a_tokens, c_time = est
-        cw = self.cfg.width_choice
-
-        def value(tokens: float, seconds: float) -> float:
-            return tokens / seconds if rho is None else tokens - rho * seconds
-
-        v1, vd = value(1.0, t1), value(a_tokens, c_time)
-        if self.w1_incumbent:
-            inc_v, inc_tokens, alt_v = v1, 1.0, vd
-        else:
-            inc_v, inc_tokens, alt_v = vd, a_tokens, v1
-        if rho is None:
-            switch = alt_v > inc_v * (1.0 + cw.ratio_margin)
-        else:
-            switch = alt_v > inc_v + cw.hysteresis_margin * inc_tokens
-        if switch:
-            self.w1_incumbent = not self.w1_incumbent
+        self.w1_incumbent = width1_switch(self.w1_incumbent, t1, est, rho,
+                                          self.cfg.width_choice)
         self._width1_now, self._why1 = self.w1_incumbent, "width1"
         return not self.w1_incumbent
 
@@ -263,27 +255,29 @@ class AdaSparkRule(WidthRule):
         cfg = self.cfg
         a = cfg.acceptance_model
         self._tick(None)
-        cands = CandidateTree.from_block(block, a.logit_eps, a.log_r_floor)
+        cands = from_block(block)
+        feats = block_features(block, a.logit_eps, a.log_r_floor)
         self._tick("order")
         if self.ngram_on:
             add_chains(self.index, cands, cfg.ngram_fill.chain_depth_limit, state.max_rows - 1,
                        a.run_edges)
         self._tick("ngram")
-        rc = RoundContext(context=c, drafted=True, why="choice", width=0, cands=cands)
+        rc = RoundContext(context=c, drafted=True, why="choice", width=0, cands=cands,
+                          features=feats)
         parent = np.asarray(cands.parent, dtype=np.int64)
         head_raw = np.asarray(cands.head_q, dtype=np.float64)
         q_head = self.head.apply(head_raw) if self.head_offset_on else head_raw
         rc.head_raw, rc.q_head = head_raw, q_head
         q = q_head
         if self.model is not None:
-            terms = acc.RoundTerms(cands, c, a, float(cfg.cost_model.context_basis_unit))
+            terms = acc.RoundTerms(cands, feats, c, a, float(cfg.cost_model.context_basis_unit))
             rc.terms = terms
             rc.q_model = self.model.probabilities(cands, terms, parent)
             if self.model.prices():
                 q, rc.priced_fitted = rc.q_model, True
         rc.q = q
-        is_ng = self._counts_as_ngram(cands)
-        order_arr, S, s_ng = self._order(cands, q, is_ng)
+        is_ng = counts_as_ngram(cands, self.agreed_counts)
+        order_arr, S, s_ng = ngram_order(cands, q, is_ng)
         n = len(cands)
         rank = np.empty(n, dtype=np.int64)
         rank[order_arr] = np.arange(n)
@@ -310,43 +304,20 @@ class AdaSparkRule(WidthRule):
         rc.order = order
         rc.width = tree.n_rows
         self._tick("layout")
-        return AdaSparkPlan(tree, None, rows, why=rc.why,
+        return AdaSparkPlan(tree, cands, rows, why=rc.why,
                             info={"width": tree.n_rows, "S": s_all}, round=rc)
 
-    def _counts_as_ngram(self, cands: CandidateTree) -> np.ndarray:
-        """The candidates Eq. (7) prices with the n-gram gain: n-gram-only, and agreed ones when
-        ``agreed_counts_as`` says so."""
-        is_ng = np.asarray(cands.kind) == NGRAM
-        if self.agreed_counts:
-            is_ng |= np.asarray(cands.agreed, dtype=bool)
-        return is_ng
-
-    @staticmethod
-    def _order(cands: CandidateTree, q: np.ndarray,
-               is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
-        ``is_ng`` marks) under ``q``."""
-        order, S = best_first_order(cands.parent, q)
-        s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * is_ng[order])))
-        return order, S, s_ng
-
     def _width_without_ngram(self, rc: RoundContext) -> int | None:
-        """Table 7: the width Eq. (7) would take with the round's n-gram-only candidates priced
-        at zero (``q = 0``: they, and everything below them, expect nothing), from the same
-        prices, gains, rho and incumbent. ``None`` when Eq. (7) did not choose this round's
-        width or the round has no n-gram-only candidate. Computed when the round is logged,
-        after the verify, so it never adds to the round's measured D."""
-        cands = rc.cands
-        if (rc.why != "choice" or cands is None or rc.q is None or rc.gains is None
+        """Table 7's counterfactual width of this round (``chooser.width_without_ngram``);
+        ``None`` when Eq. (7) did not choose this round's width.
+        Computed when the round is logged, after the verify, so it never adds to the round's
+        measured D."""
+        if (rc.why != "choice" or rc.cands is None or rc.q is None or rc.gains is None
                 or rc.predicted_fixed is None or not rc.offered):
             return None
-        ng_only = np.asarray(cands.kind) == NGRAM
-        if not ng_only.any():
-            return None
-        _, S0, s_ng0 = self._order(cands, np.where(ng_only, 0.0, rc.q),
-                                   self._counts_as_ngram(cands))
-        valuer = Valuer(S0, s_ng0, rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
-        return choose(valuer, rc.offered, rc.incumbent_before, self.cfg.width_choice).width
+        valuer_args = (rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
+        return width_without_ngram(rc.cands, rc.q, self.agreed_counts, valuer_args, rc.offered,
+                                   rc.incumbent_before, self.cfg.width_choice)
 
     def _choose_width(self, state: RoundState, rc: RoundContext) -> int:
         """Lines 7-10: pinned, cold start, or Eq. (7) with the hysteresis and the split test."""
@@ -388,7 +359,7 @@ class AdaSparkRule(WidthRule):
         self._tick("choice")
         return pick.width
 
-    def _explore(self, order: list[int], keep: int, cands: CandidateTree,
+    def _explore(self, order: list[int], keep: int, cands: CandidateSet,
                  q: np.ndarray) -> bool:
         """Line 12: the last row goes to the unplaced n-gram frontier node of the bucket with the
         fewest labels (ties: the higher Q). The removed node is the last one best-first took,
@@ -429,7 +400,7 @@ class AdaSparkRule(WidthRule):
         rows = plan.tree.n_rows
         committed = len(outcome.new_tokens)
         sm = self.summary
-        sm.rounds += 1
+        add_counts(sm, outcome.counts)   # the round, its rows and accepted rows by source
         sm.committed += committed
         sm.scheduler_time_s += d + t
         if rc.why in ("cold-start", "width1-cold-start"):
@@ -446,7 +417,9 @@ class AdaSparkRule(WidthRule):
         self._tick("cost-learning")
         # line 16: rho (and the width-1 forecast)
         self.rate.observe(c, committed, outcome.fixed_s + t)
-        record = self._record(plan, rc, outcome) if self.log is not None else None
+        record = (round_record(sm.request_id, sm.rounds - 1, rc, plan, outcome,
+                               self._width_without_ngram(rc))
+                  if self.log is not None else None)
         if not rc.drafted:
             sm.width1_rounds += 1
             if self.ngram_on:
@@ -460,20 +433,6 @@ class AdaSparkRule(WidthRule):
         cands = rc.cands
         assert cands is not None and rc.rank is not None
         path_c = [plan.cand_of_row[r - 1] for r in outcome.path[1:]]
-        by_src = {"drafter": 0, "agreed": 0, "ngram": 0}
-        for j in plan.cand_of_row:
-            by_src[cands.source(j)] += 1
-        sm.rows_drafter += by_src["drafter"]
-        sm.rows_agreed += by_src["agreed"]
-        sm.rows_ngram += by_src["ngram"]
-        for j in path_c:
-            src = cands.source(j)
-            if src == "drafter":
-                sm.accepted_drafter += 1
-            elif src == "agreed":
-                sm.accepted_agreed += 1
-            else:
-                sm.accepted_ngram += 1
         # gains: from what narrower prefixes of this tree would have accepted
         if (table is not None and self.pinned is None and not rc.explored
                 and rc.s is not None and rc.s_ng is not None):
@@ -496,124 +455,32 @@ class AdaSparkRule(WidthRule):
     def _learn_acceptance(self, rc: RoundContext, path_c: list[int],
                           outcome: RoundOutcome) -> tuple[int, float | None, float | None]:
         cands = rc.cands
-        assert cands is not None and rc.q_head is not None and rc.head_raw is not None
-        parents = [-1, *path_c]
-        picks = [cands.tokens[j] for j in path_c] + [int(outcome.new_tokens[-1])]
-        groups = cands.children_of(set(parents))
-        model = self.model
-        sm = self.summary
-        q_head = rc.q_head.tolist()
-        head_raw = rc.head_raw.tolist()
+        assert (cands is not None and rc.features is not None and rc.q_head is not None
+                and rc.head_raw is not None)
         q_model = rc.q_model.tolist() if rc.q_model is not None else None
-        coef_of = rc.terms.coef_of() if rc.terms is not None else {}
-        u = rc.terms.u if rc.terms is not None else 0.0
-        lh = cands.lh.tolist()
-        ls = cands.ls.tolist()
-        logr = cands.logr.tolist()
-        n_lab, loss_m, loss_h = 0, 0.0, 0.0
-        offset_all = self.cfg.acceptance_model.offset_labels == "all_candidates"
-        placed = set(rc.order[: max(rc.width - 1, 0)])
-        for parent, pick in zip(parents, picks, strict=True):
-            group = groups.get(parent) or []
-            if not group:
-                continue
-            label = next((j for j in group if cands.tokens[j] == pick), None)
-            lm = lh_ = 0.0
-            for j in group:
-                y = j == label
-                lh_ += acc.node_loss(q_head[j], y)
-                if q_model is not None:
-                    lm += acc.node_loss(q_model[j], y)
-            n_lab += len(group)
-            loss_h += lh_
-            loss_m += lm
-            if model is not None and q_model is not None:
-                model.score_guard(lm, lh_)
-                model.learn_group(cands, group, label, [q_model[j] for j in group], coef_of,
-                                  u, lh, ls, logr)
-            if self.head_offset_on:
-                for j in group:
-                    if offset_all or j in placed:
-                        self.head.observe(head_raw[j], j == label)
-        sm.labelled_nodes += n_lab
-        sm._loss_head += loss_h
-        if q_model is not None:
-            sm._loss_fitted += loss_m
-            sm._nodes_fitted += n_lab
-        if not n_lab:
-            return 0, None, None
-        return n_lab, (loss_m / n_lab if q_model is not None else None), loss_h / n_lab
-
-    # -- records ---------------------------------------------------------------------------------
-
-    def _record(self, plan: RoundPlan, rc: RoundContext, outcome: RoundOutcome) -> RoundRecord:
-        g = rc.gains or Gains()
-        cands = rc.cands
-        without_ngram = self._width_without_ngram(rc)
-        rows_src = {"drafter": 0, "agreed": 0, "ngram": 0}
-        acc_src = {"drafter": 0, "agreed": 0, "ngram": 0}
-        if cands is not None:
-            for r in range(1, plan.tree.n_rows):
-                rows_src[cands.source(plan.cand_of_row[r - 1])] += 1
-            for r in outcome.path[1:]:
-                acc_src[cands.source(plan.cand_of_row[r - 1])] += 1
-        return RoundRecord(
-            request_id=self.summary.request_id, round_index=self.summary.rounds - 1,
-            context=rc.context, width=plan.tree.n_rows, why=rc.why, explored=rc.explored,
-            offered_widths=[w for w, _ in rc.offered],
-            offered_prices_s=[p for _, p in rc.offered], reference_width=rc.n0,
-            n_candidates=len(cands) if cands is not None else 0,
-            n_ngram_candidates=(sum(1 for k in cands.kind if k == NGRAM)
-                                if cands is not None else 0),
-            s=rc.s_chosen[0], s_d=rc.s_chosen[1], s_ng=rc.s_chosen[2],
-            g_d=g.d, g_n=g.n, g_d_below=g.d_below, g_n_below=g.n_below, rho=rc.rho,
-            predicted_verify_s=rc.predicted_verify, measured_verify_s=outcome.verify_s,
-            predicted_fixed_s=rc.predicted_fixed if rc.drafted else 0.0,
-            fixed_s=outcome.fixed_s if rc.drafted else 0.0,
-            draft_s=outcome.draft_s if rc.drafted else 0.0,
-            tree_build_s=max(outcome.fixed_s - outcome.draft_s, 0.0) if rc.drafted else 0.0,
-            commit_s=outcome.commit_s,
-            committed=len(outcome.new_tokens), accepted_path=list(outcome.path),
-            rows_drafter=rows_src["drafter"], rows_agreed=rows_src["agreed"],
-            rows_ngram=rows_src["ngram"], accepted_drafter=acc_src["drafter"],
-            accepted_agreed=acc_src["agreed"], accepted_ngram=acc_src["ngram"],
-            n_labelled=0, logloss_fitted=None, logloss_head=None,
-            guard="fitted" if rc.priced_fitted else "head",
-            width_without_ngram=without_ngram,
-            ngram_widened=None if without_ngram is None else without_ngram < rc.width_chosen)
+        labelled = acc.learn_round(
+            cands, rc.features, path_c, int(outcome.new_tokens[-1]), rc.q_head.tolist(),
+            rc.head_raw.tolist(), q_model, rc.terms, set(rc.order[: max(rc.width - 1, 0)]),
+            self.model, self.head if self.head_offset_on else None,
+            self.cfg.acceptance_model.offset_labels == "all_candidates")
+        return add_losses(self.summary, *labelled, fitted=q_model is not None)
 
     # -- the store -------------------------------------------------------------------------------
 
+    def _parts(self) -> dict[str, Any]:
+        return {"rate": self.rate, "gains": self.gains, "forecast": self.forecast,
+                "model": self.model}
+
     def state(self) -> dict[str, Any]:
         """Everything that outlives a request (the per-request offset, intercept and n-gram
-        index do not)."""
-        fast = self.cfg.store.persist_fast_state
-        s: dict[str, Any] = {
-            "max_rows": self.max_rows, "width": self.width_mode,
-            "table": None if self.table is None else self.table.to_state(fast),
-            "rate": self.rate.to_state(), "gains": self.gains.to_state(),
-            "forecast": self.forecast.to_state(),
-            "model": None if self.model is None else self.model.to_state(),
-        }
-        if fast:
-            s["chooser"] = {"incumbent": self.incumbent, "w1_incumbent": self.w1_incumbent,
-                            "exploration_clock": self.exploration_clock}
-        return s
+        index do not), as :func:`~adaspark.rules.adaspark.store.learned_state` lays it out."""
+        chooser = {"incumbent": self.incumbent, "w1_incumbent": self.w1_incumbent,
+                   "exploration_clock": self.exploration_clock}
+        return learned_state(self.max_rows, self.width_mode, self.table, self._parts(), chooser,
+                             self.cfg.store.persist_fast_state)
 
     def load_state(self, s: dict[str, Any]) -> None:
-        if s["max_rows"] != self.max_rows or s["width"] != self.width_mode:
-            raise ValueError(
-                f"the store was written for width {s['width']!r} with {s['max_rows']} rows at "
-                f"most; this arm has width {self.width_mode!r} and {self.max_rows} rows "
-                "(exact and fast modes, and arms, need their own store files)")
-        if self.table is not None and s["table"] is not None:
-            self.table.load_state(s["table"])
-        self.rate.load_state(s["rate"])
-        self.gains.load_state(s["gains"])
-        self.forecast.load_state(s["forecast"])
-        if self.model is not None and s.get("model") is not None:
-            self.model.load_state(s["model"])
-        ch = s.get("chooser")
+        ch = load_learned(s, self.max_rows, self.width_mode, self.table, self._parts())
         if ch is not None:
             self.incumbent = int(ch["incumbent"])
             self.w1_incumbent = bool(ch["w1_incumbent"])

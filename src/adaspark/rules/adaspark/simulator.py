@@ -265,8 +265,8 @@ class Simulator:
             plan = rule.plan(state, block)
             verify_s = env.cost(plan.tree.n_rows, L) * w.noise_verify[L]
             path, new = self.verify(w, L, plan.tree)
-            rule.observe(plan, RoundOutcome(path=path, new_tokens=new, verify_s=verify_s,
-                                            fixed_s=fixed, draft_s=env.draft_share * fixed))
+            rule.observe(plan, RoundOutcome.of(plan, path, new, verify_s, fixed,
+                                               draft_s=env.draft_share * fixed))
             committed.extend(new)
             reply.tokens += len(new)
             reply.seconds += fixed + verify_s
