@@ -8,6 +8,7 @@ they never pass through Hydra's override grammar, and OmegaConf never interpolat
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +31,23 @@ def verbatim(text: str) -> str:
     return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
 
 
-def split_free_text(args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Separate free-text ``key=value`` arguments from Hydra overrides."""
-    overrides: list[str] = []
-    free: dict[str, str] = {}
+def split_words(args: list[str], keys: Collection[str]) -> tuple[list[str], dict[str, str]]:
+    """Separate the ``key=value`` words whose key is one of ``keys`` (the value: everything after
+    the first ``=``) from the other arguments (Hydra overrides)."""
+    rest: list[str] = []
+    found: dict[str, str] = {}
     for a in args:
         key, eq, value = a.partition("=")
-        if eq and key in FREE_TEXT_KEYS:
-            free[key] = value
+        if eq and key in keys:
+            found[key] = value
         else:
-            overrides.append(a)
-    return overrides, free
+            rest.append(a)
+    return rest, found
+
+
+def split_free_text(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Separate free-text ``key=value`` arguments from Hydra overrides."""
+    return split_words(args, FREE_TEXT_KEYS)
 
 
 def compose(args: list[str], conf_dir: Path | None = None) -> DictConfig:

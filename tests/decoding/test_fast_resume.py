@@ -90,7 +90,7 @@ def test_a_resumed_run_gives_the_same_text_in_fast_mode_embedded(tmp_path):
     cfg = compose_for_run(["run.testset=data/testset", "run.subset=short", "run.cap=64",
                            "run.exact=false", "run_arms=[chain3]"])
     settings = RunSettings.from_config(cfg)
-    sets = load_checked_sets(HERE.parent / "data" / "testset")
+    sets = load_checked_sets(HERE.parents[1] / "data" / "testset")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     with pytest.raises(_Stop):
         run_arm(cfg, "chain3", straight, settings, sets=sets, on_reply=_stop_after(2))

@@ -364,6 +364,15 @@ class Target(Model):
     the next verify's batch (rows without logits, in sequence 0 and every leaf sequence), so each
     token's KV is written once, in order. Those rows cost time, which is one reason exact mode is
     for correctness checks and fast mode for measurement (HARNESS "Kernels").
+
+    Prefill and history. A prefill writes the prompt's KV in chunks that start at multiples of
+    ``prefill_chunk`` (128 positions in fast mode, 63 in exact mode) and keeps cached cells of the
+    longest common prefix with the previous sequence only as far as whole prefill chunks wrote
+    them, rounded down to a whole chunk (:func:`reusable_prefix`); the cells verify batches wrote
+    are decoded again. A turn's cache then depends on its tokens only, not on what the process
+    decoded before (fast kernels give a row values that depend on its batch), so a fresh process
+    (a resumed run's new server) makes the reply an uninterrupted one makes. :meth:`prefill`
+    returns what it reused and decoded (:class:`Prefill`).
     """
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, threads: int | None = None,

@@ -12,6 +12,7 @@ from adaspark import paths
 from adaspark.config import ConfigError
 from adaspark.runs.rows import PROTOCOL_CAP
 from adaspark.schema import ArmConfig, check_arm, check_group, spec
+from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.testset.subsets import SUBSETS
 
 
@@ -45,7 +46,7 @@ class RunSettings:
     port: int = spec(min=0, max=65535, default=0)
     testset: str = "runs/testset"
     chat_template: str | None = None
-    tool_fallback: str = spec(choices=("generic", "none"), default="generic")
+    tool_fallback: str = spec(choices=TOOL_FALLBACKS, default="generic")
     round_log: bool = False
     warmup: bool = True
     startup_timeout_s: float = spec(min=1, default=900.0)

@@ -296,18 +296,10 @@ def serve_command(args: list[str]) -> int:
     """``adaspark serve key=value ...``: the words whose key is a field of
     :class:`ServeOptions` are the server's options; the rest compose ``conf/`` (``arm=NAME``
     picks the arm, ``exact=true|false`` the kernels)."""
-    from adaspark.config import compose
+    from adaspark.config import compose, split_words
     from adaspark.schema import validate
 
-    names = {f.name for f in fields(ServeOptions)}
-    words: dict[str, str] = {}
-    rest = []
-    for a in args:
-        key, eq, value = a.partition("=")
-        if eq and key in names:
-            words[key] = value
-        else:
-            rest.append(a)
+    rest, words = split_words(args, {f.name for f in fields(ServeOptions)})
     opts = ServeOptions.from_overrides(words)
     cfg = compose(rest)
     validate(cfg, command="serve")
