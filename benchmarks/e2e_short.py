@@ -59,6 +59,7 @@ def analyse(out: Path, arms: list[str], seed: int) -> dict:
     import pandas as pd
 
     from adaspark.analysis import stats
+    from adaspark.analysis.throughput import arm_throughput
     from adaspark.runs.store import ResultStore
 
     frames = [pd.DataFrame(ResultStore(out / a).rows()) for a in arms]
@@ -67,7 +68,7 @@ def analyse(out: Path, arms: list[str], seed: int) -> dict:
     throughput = []
     for a in arms:
         try:
-            throughput.append(stats.arm_throughput(df, a).as_dict())
+            throughput.append(arm_throughput(df, a).as_dict())
         except stats.StatsInputError as e:
             throughput.append({"arm": a, "tokens_per_s": float("nan"), "note": str(e)})
     ratios = []

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from reporting_helpers import FAST, Built
 
-from adaspark.analysis import stats
+from adaspark.analysis import stats, throughput
 from adaspark.analysis.records import ADASPARK, CHAIN3, LLAMACPP_CHAIN, Options, Records
 from adaspark.analysis.survey import survey_medians
 from adaspark.analysis.tables import TABLES
@@ -64,7 +64,7 @@ def test_table4_ratio_is_the_statistics_modules_comparison(paper_runs: Path,
                       n_resamples=fast.n_resamples)
     assert frame.at[0, "AdaSpark / llama.cpp"] == c.format(2)
     assert frame.at[0, "looped"] == 1
-    tps = stats.arm_throughput(records.replies(), CHAIN3).tokens_per_s
+    tps = throughput.arm_throughput(records.replies(), CHAIN3).tokens_per_s
     assert frame.at[0, "imparo DSpark (tok/s)"] == pytest.approx(tps)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from adaspark.analysis import bootstrap, stats
+from adaspark.analysis import bootstrap, stats, throughput
 from adaspark.analysis.bootstrap import StatsInputError
 from adaspark.analysis.stats import Comparison
 
@@ -394,7 +394,7 @@ def test_arm_throughput_by_hand() -> None:
             row("a", "c4", float("nan"), completion_tokens=30, status="single-delta"),
         ]
     )
-    result = stats.arm_throughput(frame, "a")
+    result = throughput.arm_throughput(frame, "a")
     assert result.tokens_per_s == pytest.approx(30.0 / 4.0)
     assert (result.decode_tokens, result.decode_s) == (pytest.approx(30.0), pytest.approx(4.0))
     assert (result.n_replies, result.n_looped_excluded) == (2, 1)
@@ -412,10 +412,10 @@ def test_arm_throughput_leaves_out_only_its_own_loops_and_averages_repeats() -> 
         ]
     )
     # Mean speed 5 tok/s on c1 (20 tokens, 4 s) and 10 on c2 (10 tokens, 1 s).
-    result = stats.arm_throughput(frame, "ada")
+    result = throughput.arm_throughput(frame, "ada")
     assert result.tokens_per_s == pytest.approx(30.0 / 5.0)
     assert result.n_replies == 2  # ref's loop on c1 does not remove ada's reply
-    per_source = stats.arm_throughput(frame, "ada", by="set")
+    per_source = throughput.arm_throughput(frame, "ada", by="set")
     assert per_source["SB"].tokens_per_s == pytest.approx(5.0)
     assert per_source["LB"].tokens_per_s == pytest.approx(10.0)
 
@@ -443,7 +443,7 @@ def test_no_replies_left() -> None:
     with pytest.raises(StatsInputError, match=r"no reply .* left after exclusions"):
         stats.compare(frame, "a", "b")
     with pytest.raises(StatsInputError, match="no reply left after exclusions"):
-        stats.arm_throughput(frame, "a")
+        throughput.arm_throughput(frame, "a")
 
 
 @pytest.mark.parametrize(

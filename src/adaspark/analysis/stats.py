@@ -80,10 +80,8 @@ from adaspark.runs.rows import (
 
 __all__ = [
     "BAND_COLUMN",
-    "ArmThroughput",
     "Comparison",
     "arm_speeds",
-    "arm_throughput",
     "compare",
     "compare_reply_level",
     "comparisons_frame",
@@ -147,32 +145,9 @@ class Comparison:
         return f"{self.ratio:.{digits}f}× [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
 
 
-@dataclass(frozen=True)
-class ArmThroughput:
-    """An arm's aggregate decode speed (Table 4, left): decode tokens over decode time, summed.
-
-    ``tokens_per_s`` is ``decode_tokens / decode_s``; NaN when no reply is left (a dash).
-    Only the arm's own looped replies and its single-delta replies are left out; cut replies
-    stay in.
-    """
-
-    arm: str
-    tokens_per_s: float
-    decode_tokens: float
-    decode_s: float
-    n_replies: int
-    n_looped_excluded: int
-    n_single_delta_excluded: int
-    n_cut: int
-    group: Hashable | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain mapping, for a record or a table row."""
-        return asdict(self)
-
-
-def comparisons_frame(results: dict[Hashable, Comparison] | Sequence[Comparison]) -> pd.DataFrame:
-    """One row per comparison (or per throughput record), for writing tables."""
+def comparisons_frame(results: dict[Hashable, Any] | Sequence[Any]) -> pd.DataFrame:
+    """One row per comparison (or per :class:`~adaspark.analysis.throughput.ArmThroughput`),
+    for writing tables."""
     items = list(results.values()) if isinstance(results, dict) else list(results)
     return pd.DataFrame([item.as_dict() for item in items])
 
@@ -632,68 +607,3 @@ def compare_reply_level(
     )
     assert isinstance(result, Comparison)
     return result
-
-
-# ---------------------------------------------------------------------------------------------
-# Aggregate tok/s of an arm
-
-
-def _throughput(speeds: pd.DataFrame, arm: str, group: Hashable | None) -> ArmThroughput:
-    looped = speeds["status"] == LOOPED
-    single = speeds["status"] == SINGLE_DELTA
-    kept = speeds[~looped & ~single]
-    decode_tokens = (kept["completion_tokens"] - 1.0).clip(lower=0.0)
-    decode_s = float((decode_tokens / kept["decode_tps"]).sum())
-    tokens = float(decode_tokens.sum())
-    return ArmThroughput(
-        arm=arm,
-        tokens_per_s=tokens / decode_s if decode_s > 0 else float("nan"),
-        decode_tokens=tokens,
-        decode_s=decode_s,
-        n_replies=len(kept),
-        n_looped_excluded=int(looped.sum()),
-        n_single_delta_excluded=int(single.sum()),
-        n_cut=int((kept["status"] == CUT).sum()),
-        group=group,
-    )
-
-
-@overload
-def arm_throughput(df: pd.DataFrame, arm: str, *, by: None = ...) -> ArmThroughput: ...
-
-
-@overload
-def arm_throughput(df: pd.DataFrame, arm: str, *, by: str) -> dict[Hashable, ArmThroughput]: ...
-
-
-def arm_throughput(
-    df: pd.DataFrame, arm: str, *, by: str | None = None
-) -> ArmThroughput | dict[Hashable, ArmThroughput]:
-    """An arm's decode tok/s as in Table 4 (left) and Table 6's first row.
-
-    Generated tokens over decode time, summed over replies: per reply, the decode tokens are
-    ``completion_tokens - 1`` and the decode time is those tokens over the reply's speed (the
-    mean over the arm's runs, §3.4), so on one run this is summed decode tokens over summed
-    client-clock decode intervals. The arm's own looped replies and its single-delta replies are
-    left out and counted; cut replies stay in and are counted.
-
-    ``by=None`` raises :class:`StatsInputError` when no reply is left; ``by`` a key column
-    (``"set"`` for Table 6's per-source row) gives a dict from group label to result, NaN where
-    a group is left empty.
-    """
-    speeds = arm_speeds(df, arm)
-    if by is None:
-        result = _throughput(speeds, arm, None)
-        if result.n_replies == 0:
-            raise StatsInputError(
-                f"arm {arm!r} has no reply left after exclusions ({len(speeds)} replies, "
-                f"{result.n_looped_excluded} looped, {result.n_single_delta_excluded} "
-                f"single-delta)"
-            )
-        return result
-    if by not in KEY_COLUMNS:
-        raise StatsInputError(f"cannot group throughput by {by!r}; use one of {list(KEY_COLUMNS)}")
-    labels = speeds.index.get_level_values(by)
-    return {
-        label: _throughput(speeds[labels == label], arm, label) for label in dict.fromkeys(labels)
-    }

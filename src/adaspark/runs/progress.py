@@ -104,7 +104,7 @@ def summarize(entry: ArmEntry, engine: str, out_dir: Path, rows: list[dict[str, 
     import numpy as np
     import pandas as pd
 
-    from adaspark.analysis import stats
+    from adaspark.analysis import throughput
     from adaspark.analysis.bootstrap import StatsInputError
 
     s = ArmSummary(entry.entry, engine, str(out_dir), len(rows), n_expected,
@@ -119,7 +119,7 @@ def summarize(entry: ArmEntry, engine: str, out_dir: Path, rows: list[dict[str, 
     s.median_ttft_s = float(np.nanmedian(df["ttft_s"])) if df["ttft_s"].notna().any() \
         else float("nan")
     try:
-        s.tokens_per_s = stats.arm_throughput(df, entry.name).tokens_per_s
+        s.tokens_per_s = throughput.arm_throughput(df, entry.name).tokens_per_s
     except StatsInputError:
         pass
     return s

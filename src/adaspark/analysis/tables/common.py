@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from adaspark.analysis import stats
+from adaspark.analysis import stats, throughput
 from adaspark.analysis.bootstrap import StatsInputError
 from adaspark.analysis.records import Options, has_arm
 
@@ -42,13 +42,13 @@ def compare_or_none(
 def throughput_or_none(
     replies: pd.DataFrame | None, arm: str, *, by: str | None = None
 ) -> Any:
-    """:func:`adaspark.analysis.stats.arm_throughput`, or None when the arm is absent or has no
+    """:func:`adaspark.analysis.throughput.arm_throughput`, or None when the arm is absent or has no
     reply."""
     if not has_arm(replies, arm):
         return None
     assert replies is not None
     try:
-        return stats.arm_throughput(replies, arm, by=by)
+        return throughput.arm_throughput(replies, arm, by=by)
     except StatsInputError:
         return None
 
