@@ -57,10 +57,10 @@ def run_mode(exact: bool, reps: int, contexts: list[int], overrides: list[str]) 
     from adaspark.decoding.tree import best_first_order, prefix_tree
     from adaspark.rules import arms
     from adaspark.rules.base import make_rule
-    from adaspark.schema import arm_config
+    from adaspark.schema import check_arm
 
     cfg = compose(["arm=chain3", *overrides])
-    parts = arms.build(cfg, arm_config(cfg.arm), exact=exact)
+    parts = arms.build(cfg, check_arm(cfg.arm, "arm"), exact=exact)
     t, d = parts.target, parts.drafter
     assert d is not None
     rows = []

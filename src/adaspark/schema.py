@@ -393,19 +393,12 @@ def drafter_config(cfg: Any) -> DrafterConfig:
     return drafter
 
 
-def arm_config(raw: Any, where: str = "arm") -> ArmConfig:
-    """An arm's config mapping (``cfg.arm`` or ``cfg.arms.<name>``), typed and checked."""
-    return check_arm(raw, where)
-
-
 def scheduler_mapping(cfg: Any) -> dict[str, Any] | None:
-    """The composed ``scheduler`` group as a plain mapping (checked against Table 14's schema by
-    :func:`check_scheduler`; the rule builds its :class:`SchedulerConfig` from it), or None."""
+    """The composed ``scheduler`` group as a plain mapping, or None. A rule that takes it builds
+    its :class:`SchedulerConfig` from it, which checks it (as :func:`check_scheduler` does when a
+    command or stage validates its config)."""
     raw = plain(cfg.get("scheduler"))
-    if raw is None:
-        return None
-    check_scheduler(raw)
-    return dict(raw)
+    return None if raw is None else dict(raw)
 
 
 def check_drafter_kind(kind: str) -> None:

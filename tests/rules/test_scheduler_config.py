@@ -13,7 +13,7 @@ from adaspark.rules.adaspark.config import load_config
 from adaspark.rules.adaspark.rule import AdaSparkRule
 from adaspark.rules.arms import make_arm_rule
 from adaspark.rules.fixed import Chain
-from adaspark.schema import arm_config
+from adaspark.schema import check_arm
 
 
 def test_table_14_values() -> None:
@@ -73,7 +73,7 @@ def test_overrides_reach_the_typed_config() -> None:
 def test_arm_files_build_their_rules(name: str, kind: type, width: object) -> None:
     arm = OmegaConf.load(f"conf/arm/{name}.yaml")
     assert arm.name == name and arm.engine == "ours"
-    rule = make_arm_rule(arm_config(arm))
+    rule = make_arm_rule(check_arm(arm, f"arms.{name}"))
     assert isinstance(rule, kind)
     if isinstance(rule, AdaSparkRule):
         assert rule.width_mode == width

@@ -13,7 +13,7 @@ import pytest
 
 from adaspark.decoding.loop import generate
 from adaspark.rules import arms
-from adaspark.schema import arm_config
+from adaspark.schema import check_arm
 from adaspark.serving import chat
 from adaspark.serving.client import ChatClient, ServerReplyError
 
@@ -37,7 +37,7 @@ def test_stream_equals_plain_equals_engine(replies, tiny_cfg):
     plain, streamed, again = replies
     assert streamed.text == plain.text == again.text and plain.text
     assert streamed.completion_tokens == plain.completion_tokens
-    parts = arms.build(tiny_cfg, arm_config(tiny_cfg.arms.chain3), exact=True)
+    parts = arms.build(tiny_cfg, check_arm(tiny_cfg.arms.chain3, "arms.chain3"), exact=True)
     try:
         t = parts.target
         text = chat.render(TEMPLATE.read_text(), MESSAGES)

@@ -14,7 +14,7 @@ from adaspark.decoding.loop import Generation, generate
 from adaspark.provenance import run_metadata
 from adaspark.rules import arms
 from adaspark.rules.base import make_rule
-from adaspark.schema import arm_config
+from adaspark.schema import check_arm
 from adaspark.serving import chat
 
 #: A token that differs from plain greedy decoding is a near tie when the target's two best
@@ -71,7 +71,7 @@ def check_fits(n_prompt: int, n_ctx: int, key: str) -> None:
 
 def run_generate(cfg: DictConfig) -> dict[str, Any]:
     exact = True if cfg.exact is None else bool(cfg.exact)
-    parts = arms.build(cfg, arm_config(cfg.arm), exact=exact)
+    parts = arms.build(cfg, check_arm(cfg.arm, "arm"), exact=exact)
     try:
         target = parts.target
         prompt = prompt_tokens(target, cfg)

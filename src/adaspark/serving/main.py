@@ -58,7 +58,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
 from adaspark.config import ConfigError
-from adaspark.schema import arm_config, check_value, spec
+from adaspark.schema import check_arm, check_value, spec
 from adaspark.serving.http import make_app
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.serving.service import ArmService
@@ -261,7 +261,7 @@ def fresh_store_dir(arm: str) -> Path:
 
 def serve(cfg: DictConfig, arm: DictConfig, opts: ServeOptions, *, exact: bool) -> int:
     """Load the arm and serve until interrupted."""
-    typed = arm_config(arm, f"arms.{arm.name}")
+    typed = check_arm(arm, f"arms.{arm.name}")
     import uvicorn
 
     sock = bind_socket(opts.host, opts.port)  # first: a taken port fails before the model loads

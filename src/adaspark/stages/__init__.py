@@ -9,8 +9,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from adaspark.io import write_json
-
 
 def read_params(path: str | Path) -> DictConfig:
     """The composed ``params.yaml``, checked against :mod:`adaspark.schema` (every group it
@@ -88,6 +86,3 @@ def output_args(doc: str, out: str, example: str) -> argparse.ArgumentParser:
     return ap
 
 
-def write_index(path: Path, index: dict[str, Any]) -> None:
-    """A stage's JSON index of what it wrote, atomically (:func:`adaspark.io.write_json`)."""
-    write_json(path, index)

@@ -21,7 +21,8 @@ from adaspark.analysis.figures import FIGURES
 from adaspark.analysis.figures.style import info_of, save
 from adaspark.analysis.outputs import build_outputs
 from adaspark.analysis.records import Options, RunSelection, selection_from_params
-from adaspark.stages import load_params, output_args, stage_main, write_index
+from adaspark.io import write_json
+from adaspark.stages import load_params, output_args, stage_main
 from adaspark.stages.tables import options_from_params
 
 
@@ -38,7 +39,7 @@ def write_figures(runs: Path, out: Path, options: Options, only: list[str] | Non
     entries, errors = build_outputs(FIGURES, runs, options, only, write, selection)
     index = {"preset": options.preset, "target": options.target, "runs": str(runs),
              "figures": entries}
-    write_index(out / "figures.json", index)
+    write_json(out / "figures.json", index)
     return index, errors
 
 

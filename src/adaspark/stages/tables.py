@@ -34,8 +34,9 @@ from adaspark.analysis.outputs import build_outputs
 from adaspark.analysis.records import Options, RunSelection, selection_from_params
 from adaspark.analysis.tables import TABLES
 from adaspark.analysis.tables.render import formatted, missing_cells, write_table
+from adaspark.io import write_json
 from adaspark.schema import TablesOptions, check_group
-from adaspark.stages import load_params, output_args, stage_main, write_index
+from adaspark.stages import load_params, output_args, stage_main
 
 
 def options_from_params(params: dict[str, Any]) -> Options:
@@ -74,7 +75,7 @@ def write_tables(runs: Path, out: Path, options: Options, only: list[str] | None
              "n_resamples": options.n_resamples, "bootstrap_method": options.bootstrap_method,
              "context_split_tokens": options.context_split_tokens, "runs": str(runs),
              "tables": entries}
-    write_index(out / "tables.json", index)
+    write_json(out / "tables.json", index)
     return index, errors
 
 
