@@ -262,7 +262,7 @@ class DrafterConfig:
     name: str
     kind: str
     block_positions: int = spec(min=1)
-    top_k: int = spec(min=1)
+    candidates_per_position: int = spec(min=1)
     n_ctx: int = spec(min=MIN_N_CTX)
     model: str | None = None
     path: str | None = None

@@ -41,7 +41,6 @@ def test_table_14_values() -> None:
     assert (am.head_offset_adagrad_rate, am.head_offset_band) == (0.15, 2.0)
     assert am.prior_pick_intercept == pytest.approx(math.log(2.0))
     assert (ng.follower_context, ng.chain_depth_limit, ng.exploration_period) == (3, 32, 16)
-    assert c.drafter.candidates_per_position == 8
 
 
 def test_every_key_has_a_comment_and_no_key_is_missing() -> None:
@@ -51,7 +50,7 @@ def test_every_key_has_a_comment_and_no_key_is_missing() -> None:
             assert "#" in line, f"key without a comment: {line!r}"
     with pytest.raises(ValueError, match="missing keys"):
         load_config({"cost_model": {}, "width_choice": {}, "acceptance_model": {},
-                     "ngram_fill": {}, "drafter": {}, "store": {}})
+                     "ngram_fill": {}, "store": {}})
 
 
 def test_overrides_reach_the_typed_config() -> None:

@@ -74,6 +74,28 @@ def test_refit_fixes_a_slope_the_online_pass_missed() -> None:
     assert len(train) == 12 + 3
 
 
+def test_an_adopted_refit_keeps_the_class_scale_and_floor() -> None:
+    """The clamp of Eq. (4) rests on the class's lowest observed time: a refit trained on the
+    bank (whose oldest, fastest samples have left it) replaces the weights, not the scale (the
+    class's first samples' minimum) nor the floor (its lowest time ever, in that unit)."""
+    law = ContextLaw(CFG)
+    law.observe(440, 0.020, context_basis(440, UNIT))  # fast early samples: the scale is 0.020
+    law.observe(441, 0.021, context_basis(441, UNIT))
+    law.observe(442, 0.022, context_basis(442, UNIT))
+    for r in range(40):                                  # the band's bank keeps the newest 16
+        c = 450 + r
+        law.observe(c, truth(c), context_basis(c, UNIT))
+    for c in (8440, 8446, 8450):
+        law.observe(c, truth(c), context_basis(c, UNIT))
+    assert law.scale == pytest.approx(0.020) and law.floor == pytest.approx(1.0)
+    assert law.refit()
+    assert law.scale == pytest.approx(0.020) and law.floor == pytest.approx(1.0)
+    assert min(t for v in law.bank.values() for _, t in v) > 0.031  # none of the fast ones
+    lo, hi = CFG.law_clamp
+    p = law.predict(context_basis(100_000, UNIT))
+    assert p is not None and p <= hi * 0.020 + 1e-12  # the clamp still reads 3 x 0.020 s
+
+
 def measure_all(table: WidthTable, cost: StepCost, contexts=(500, 520, 540)) -> None:
     for c in contexts:
         phi = table.basis(c)

@@ -74,8 +74,10 @@ def test_the_long_run_rate_beats_the_per_round_ratio_when_rounds_are_uneven() ->
 def test_learned_widths_find_the_step_edge_that_changes_the_choice() -> None:
     """Verify time flat up to 12 rows, then 1.6x: the ladder (2, 4, 8, 16, ...) cannot see the
     edge. The table splits next to the held width and at midpoints until it offers the widths
-    just below the edge, and the chooser leaves the ladder's 8 for them; nothing between 13 and
-    16 is measured, since no width there could win."""
+    just below the edge, and the chooser leaves the ladder's 8 for them; of the widths between 13
+    and 15, which cannot win, at most one is measured (with n0 fixed at 8 rows, the paper's
+    reading, the split test once finds 13 could clear the margin before the gains above 8 are
+    learned; with n0 the narrowest offered width of at least 8, none is)."""
     env = Environment(cost=StepCost(tops=(12, 64), levels=(0.030, 0.048)),
                       drafter=DrafterProcess(B=8, K=8, alpha=1.5, depth_decay=0.05),
                       fixed=0.008, seed=4, text=TextProcess(copy_start=0.0))
@@ -83,7 +85,7 @@ def test_learned_widths_find_the_step_edge_that_changes_the_choice() -> None:
     reps = Simulator(env).run(rule, range(8), [500], 400)
     assert rule.table is not None
     widths = rule.table.widths()
-    assert 12 in widths and 16 in widths and not any(13 <= w <= 15 for w in widths)
+    assert 12 in widths and 16 in widths and sum(13 <= w <= 15 for w in widths) <= 1
     late = Counter(w for r in reps[4:] for w in r.widths)
     top, count = late.most_common(1)[0]
     assert top in (11, 12) and count > 0.9 * sum(late.values())

@@ -102,10 +102,20 @@ def _init_backend() -> None:
 @dataclass
 class VerifyResult:
     """What one verify returns: per row the target's argmax, optionally the top-2 logit gap and
-    the logits themselves, and the measured time of the forward (seconds)."""
+    the logits themselves, and its times (seconds).
+
+    ``verify_s`` is the whole verify of the tree's rows, the time the cost model learns (§3.2):
+    ``build_s`` (sharing the prefix with each leaf sequence, ``llama_memory_seq_cp``, and filling
+    the batch: both grow with the width), ``decode_s`` (the forward, ``llama_decode``) and the
+    read-out of the argmax (and gaps) after it. ``backlog_s`` is exact mode's forward of the
+    previous round's accepted path (the class docstring): its own batch before the tree's,
+    outside ``verify_s``, so a class of n rows is charged for n rows."""
 
     argmax: np.ndarray
     verify_s: float
+    build_s: float = 0.0
+    decode_s: float = 0.0
+    backlog_s: float = 0.0
     gap: np.ndarray | None = None
     logits: np.ndarray | None = None
 
@@ -362,8 +372,10 @@ class Target(Model):
     path's cells: no extra work). Exact mode keeps sequence 0 contiguous and in position order:
     it drops every tree cell after the verify and decodes the accepted tokens again at the head of
     the next verify's batch (rows without logits, in sequence 0 and every leaf sequence), so each
-    token's KV is written once, in order. Those rows cost time, which is one reason exact mode is
-    for correctness checks and fast mode for measurement (HARNESS "Kernels").
+    token's KV is written once, in order. That re-decode is its own forward before the tree's
+    (``VerifyResult.backlog_s``), so the verify of an n-row tree decodes n rows in either mode;
+    it costs time, which is one reason exact mode is for correctness checks and fast mode for
+    measurement (HARNESS "Kernels").
 
     Prefill and history. A prefill writes the prompt's KV in chunks that start at multiples of
     ``prefill_chunk`` (128 positions in fast mode, 63 in exact mode) and keeps cached cells of the
@@ -388,7 +400,7 @@ class Target(Model):
         self.committed: list[int] = []
         self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)
         self.n_canonical = 0  # leading cells written by whole prefill chunks (reusable)
-        self._pending: tuple[Tree, list[list[int]], int] | None = None
+        self._pending: tuple[Tree, list[list[int]]] | None = None
 
     @property
     def n_past(self) -> int:
@@ -463,12 +475,12 @@ class Target(Model):
         depths = tree.depths()
         if P + max(depths) >= self.n_ctx:
             raise EngineError(f"context full: {P} + {max(depths) + 1} rows > n_ctx {self.n_ctx}")
-        if self.n_kv + tree.n_rows > P + self.max_rows:
-            self.flush()  # backlog and tree together would leave the exact path's widths
-        backlog = self.committed[self.n_kv : -1]
+        t0 = time.perf_counter()
+        self.flush()  # exact mode's backlog: its own forward, outside the tree's verify time
+        t_build = time.perf_counter()
+        backlog_s = t_build - t0
         if tree.n_rows == 1:
             seqs: list[list[int]] = [[0]]
-            shared = [0]
         else:
             leaves = tree.leaves()
             seqs = [[] for _ in range(tree.n_rows)]
@@ -478,25 +490,22 @@ class Target(Model):
                     seqs[r].append(k)
                     r = tree.parents[r]
                 ll.llama_memory_seq_cp(self.mem, 0, k, -1, -1)
-            shared = [0, *range(1, len(leaves) + 1)]
-        self._fill(
-            backlog + list(tree.tokens),
-            [*range(self.n_kv, P), *(P + d for d in depths)],
-            [shared] * len(backlog) + seqs,
-            [False] * len(backlog) + [True] * tree.n_rows,
-        )
-        self._pending = (tree, seqs, len(backlog))
+        self._fill(list(tree.tokens), [P + d for d in depths], seqs, [True] * tree.n_rows)
+        self._pending = (tree, seqs)
+        build_s = time.perf_counter() - t_build
         try:
             dt = self._decode()
         except EngineError:
             self.discard()
             raise
         lg = self.logits(tree.n_rows)
-        res = VerifyResult(argmax=lg.argmax(axis=1).astype(np.int64), verify_s=dt)
+        res = VerifyResult(argmax=lg.argmax(axis=1).astype(np.int64), verify_s=0.0,
+                           build_s=build_s, decode_s=dt, backlog_s=backlog_s)
         if want_gaps:
             res.gap = top2_gap(lg)
         if want_logits:
             res.logits = lg.copy()
+        res.verify_s = time.perf_counter() - t_build
         return res
 
     def discard(self) -> None:
@@ -515,13 +524,13 @@ class Target(Model):
         if self._pending is None:
             raise EngineError("nothing to commit: verify() a tree first")
         ll = _llama()
-        tree, seqs, _ = self._pending
+        tree, seqs = self._pending
         path = accepted_path(tree, result.argmax)
         P = self.n_past
         if tree.n_rows == 1:
             self.n_kv = P + 1
         elif self.exact:
-            ll.llama_memory_seq_keep(self.mem, 0)  # backlog rows stay, tree cells go
+            ll.llama_memory_seq_keep(self.mem, 0)  # the committed cells stay, tree cells go
             self.n_kv = P
         else:
             ll.llama_memory_seq_cp(self.mem, seqs[path[-1]][0], 0, P, P + len(path))

@@ -89,6 +89,7 @@ def generate(
     if drafter is not None:
         drafter.begin(prompt)
     t_start = time.perf_counter()
+    t_since = t_start  # the end of the previous round's observe: where this round's time starts
     while len(gen.tokens) < max_tokens:
         state = RoundState(committed=target.committed, round_index=gen.rounds,
                            max_rows=target.max_rows, block_positions=block_positions)
@@ -122,13 +123,16 @@ def generate(
             gen.gaps.extend(float(res.gap[r]) for r in path[: len(emitted)])
         outcome = RoundOutcome.of(plan, path, new, res.verify_s, fixed_s,
                                   draft_s=block.draft_s if block is not None else 0.0,
-                                  commit_s=commit_s)
+                                  commit_s=commit_s, round_s=time.perf_counter() - t_since,
+                                  build_s=res.build_s, decode_s=res.decode_s,
+                                  backlog_s=res.backlog_s)
         gen.counts.add(outcome.counts)
         gen.verify_s += res.verify_s
         gen.width_hist[plan.tree.n_rows] = gen.width_hist.get(plan.tree.n_rows, 0) + 1
         rule.observe(plan, outcome)
         if on_tokens is not None and emitted:
             on_tokens(emitted)
+        t_since = time.perf_counter()
         if gen.stop == "eog":
             break
         if len(target.committed) + 1 >= target.n_ctx:

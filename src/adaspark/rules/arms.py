@@ -65,7 +65,8 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
         dpath, dsha = model_files.resolve(drafter_cfg)
         drafter = make_drafter(
             drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
-            top_k=drafter_cfg.top_k, threads=threads, target_vocab=target.token_texts(),
+            top_k=drafter_cfg.candidates_per_position, threads=threads,
+            target_vocab=target.token_texts(),
         )
         models["drafter"] = {"path": str(dpath), "sha256": dsha}
     return Parts(target, rule, drafter, drafter_cfg.block_positions, models)

@@ -111,8 +111,16 @@ class RoundOutcome:
     measured verify time, the round's fixed cost D (drafter forward plus tree build) and its
     rows by source (``counts``; build an outcome with :meth:`of`, which counts them).
 
-    ``draft_s`` is the drafter's part of D (the rest is the tree build: the rule's ``plan``);
-    ``commit_s`` is the target's commit after the verify (Figure 7's anatomy of a round)."""
+    ``verify_s`` is the whole verify the cost model learns (the batch build that grows with
+    the width, the forward and the read-out: ``engine.VerifyResult``), ``build_s`` and
+    ``decode_s`` its first two parts; ``draft_s`` is the drafter's part of D (the rest is the
+    tree build: the rule's ``plan``); ``commit_s`` is the target's commit after the verify;
+    ``backlog_s`` exact mode's re-decode of the previous path (Figure 7's anatomy of a round).
+    ``round_s`` is the whole round, the time rho is priced over (§3.4: "measured over whole
+    rounds"): from the end of the previous round's ``observe`` (the request's decode start for
+    its first round) to this round's ``observe``, so the previous round's learning, streaming
+    and bookkeeping count too and the rounds' ``round_s`` add up to the reply's decode time
+    (less the last round's ``observe``). :meth:`of` defaults it to D, verify and commit."""
 
     path: list[int]
     new_tokens: list[int]
@@ -121,13 +129,20 @@ class RoundOutcome:
     counts: RoundCounts
     draft_s: float = 0.0
     commit_s: float = 0.0
+    round_s: float = 0.0
+    build_s: float = 0.0
+    decode_s: float = 0.0
+    backlog_s: float = 0.0
 
     @classmethod
     def of(cls, plan: RoundPlan, path: list[int], new_tokens: list[int], verify_s: float,
-           fixed_s: float, draft_s: float = 0.0, commit_s: float = 0.0) -> RoundOutcome:
+           fixed_s: float, draft_s: float = 0.0, commit_s: float = 0.0,
+           round_s: float | None = None, build_s: float = 0.0, decode_s: float = 0.0,
+           backlog_s: float = 0.0) -> RoundOutcome:
         """The outcome of verifying ``plan``, its rows counted by source."""
+        whole = fixed_s + verify_s + commit_s + backlog_s if round_s is None else round_s
         return cls(path, new_tokens, verify_s, fixed_s, RoundCounts.of_round(plan, path),
-                   draft_s, commit_s)
+                   draft_s, commit_s, whole, build_s, decode_s, backlog_s)
 
 
 class WidthRule(ABC):

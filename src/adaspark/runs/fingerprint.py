@@ -39,8 +39,8 @@ def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings,
         assert isinstance(dcfg, dict)
         models["drafter"] = {"file": dpath.name,
                              "sha256": dsha or model_files.recorded_sha256(dpath),
-                             **{k: dcfg.get(k) for k in ("kind", "block_positions", "top_k",
-                                                         "n_ctx")}}
+                             **{k: dcfg.get(k) for k in ("kind", "block_positions",
+                                                         "candidates_per_position", "n_ctx")}}
     if engine == "llama-server":
         from adaspark.serving import llama_server
 

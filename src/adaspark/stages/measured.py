@@ -55,7 +55,7 @@ def model_pair(cfg: DictConfig) -> Iterator[ModelPair]:
     target = Target(tpath, int(cfg.target.n_ctx), exact=False, threads=cfg.get("threads"))
     try:
         drafter = make_drafter(str(cfg.drafter.kind), path=dpath, n_ctx=int(cfg.drafter.n_ctx),
-                               exact=False, top_k=int(cfg.drafter.top_k),
+                               exact=False, top_k=int(cfg.drafter.candidates_per_position),
                                threads=cfg.get("threads"), target_vocab=target.token_texts())
     except BaseException:
         target.close()

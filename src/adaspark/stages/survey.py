@@ -133,7 +133,7 @@ def run_survey(params: dict[str, Any], out: Path, log: Callable[[str], None] = p
                                               list(settings.contexts))
         prompts = [(p.name, p.n_tokens, paper_of[p.n_tokens], list(p.token_ids))
                    for ctx in sorted(by_ctx) for p in by_ctx[ctx][: settings.prompts_per_context]]
-        reach = 1 + settings.block_positions * int(cfg.drafter.top_k)
+        reach = 1 + settings.block_positions * int(cfg.drafter.candidates_per_position)
         widths = [w for w in settings.widths if w <= min(target.max_rows, reach)]
         left_out = sorted(set(settings.widths) - set(widths))
         if left_out:

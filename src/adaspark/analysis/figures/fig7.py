@@ -8,8 +8,11 @@ autoregressive (AR) milliseconds per token on the short subset."
 
 From the instrumented AdaSpark run's round log: the drafter's forward (``draft_s``), the tree
 build (``tree_build_s``: the rest of the round's fixed cost D, ``fixed_s``), the verify
-(``measured_verify_s``) and the commit (``commit_s``). A log written before the parts were
-recorded draws D as one bar. Cold-start rounds are left out of the modal width. The AR
+(``measured_verify_s``: batch build, forward and read-out), the commit (``commit_s``) and, in
+logs that record it, the rest of the whole round (``round_s`` less those parts: the previous
+round's learning and streaming, ``learn_s`` of the round before). Milliseconds per token are over
+whole rounds (``round_s``) where the log has them. A log written before the parts were recorded
+draws D as one bar. Cold-start rounds are left out of the modal width. The AR
 milliseconds per token are 1,000 over the ``ar`` arm's decode tok/s.
 """
 
@@ -49,7 +52,8 @@ def round_anatomy(rounds: pd.DataFrame) -> dict[str, float]:
     mode = int(counts.index[0])
     at = warm[warm["width"] == mode]
     parts_s = ["fixed_s", "measured_verify_s"] + (["commit_s"] if "commit_s" in r.columns else [])
-    seconds = float(r[parts_s].sum().sum())
+    whole = "round_s" in r.columns
+    seconds = float(r["round_s"].sum() if whole else r[parts_s].sum().sum())
     committed = float(r["committed"].sum())
 
     def median_ms(column: str) -> float:
@@ -62,6 +66,8 @@ def round_anatomy(rounds: pd.DataFrame) -> dict[str, float]:
         "tree_ms": median_ms("tree_build_s"),
         "commit_ms": median_ms("commit_s"),
         "verify_ms": median_ms("measured_verify_s"),
+        "rest_ms": (1e3 * float((at["round_s"] - at[parts_s].sum(axis=1)).clip(lower=0).median())
+                    if whole else math.nan),
         "tokens_at_width": float(at["committed"].mean()),
         "tokens_per_round": committed / len(r),
         "ms_per_token": 1e3 * seconds / committed if committed else math.nan,
@@ -73,9 +79,13 @@ def _parts(a: dict[str, float]) -> tuple[list[tuple[str, float, str]], str]:
     """The bar's segments (label, median ms, colour), D split when the log has its parts, and
     the caption's words for them."""
     if not any(math.isnan(a[k]) for k in ("draft_ms", "tree_ms", "commit_ms")):
-        return ([("draft", a["draft_ms"], "orange"), ("tree build", a["tree_ms"], "green"),
-                 ("verify", a["verify_ms"], "blue"), ("commit", a["commit_ms"], "grey")],
-                "the drafter's forward, the tree build, the verify and the commit")
+        bars = [("draft", a["draft_ms"], "orange"), ("tree build", a["tree_ms"], "green"),
+                ("verify", a["verify_ms"], "blue"), ("commit", a["commit_ms"], "grey")]
+        if not math.isnan(a.get("rest_ms", math.nan)):
+            return ([*bars, ("learning and rest", a["rest_ms"], "purple")],
+                    "the drafter's forward, the tree build, the verify, the commit and the rest "
+                    "of the whole round (the previous round's learning and streaming)")
+        return bars, "the drafter's forward, the tree build, the verify and the commit"
     return ([("draft + tree build", a["fixed_ms"], "orange"), ("verify", a["verify_ms"], "blue")],
             "the drafter's forward and tree build (recorded together) and the verify")
 

@@ -4,7 +4,7 @@ For each offered width ``n`` the chooser forms the round's expected tokens and t
 
     V(n) = 1 + S(n0) + g_d dS_d(n) + g_n dS_ng(n) - rho_m (D + T(n, c))           (Eq. 7)
 
-``n0`` is a fixed reference width (the narrowest offered width of at least 8 rows), ``dS_d`` and
+``n0`` is a fixed reference width of 8 rows (``gain_reference``: a named choice), ``dS_d`` and
 ``dS_ng`` the expected tokens the drafter's and the n-gram's nodes add above ``n0`` (negative
 below it, priced by a second pair of gains), and ``rho_m`` the long-run decode rate of the
 context band ``m`` (Prop. 5: pricing time at the best achievable rate maximises the band's rate;
@@ -22,6 +22,7 @@ accepted.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,12 +138,38 @@ class Gains:
     n_below: float = 1.0
 
 
-def reference_width(offered: list[int], n0: int) -> int:
-    """``n0``: the narrowest offered width of at least ``n0`` rows, else the narrowest offered."""
+def reference_width(offered: list[int], cfg: WidthChoiceConfig) -> int:
+    """Eq. (7)'s ``n0``. ``gain_reference: fixed`` (the paper: "a fixed reference width of 8
+    rows", so that learning a narrower width does not move the point the marginal is measured
+    from): ``gain_reference_width`` whatever is offered. ``narrowest_offered`` (our earlier
+    reading): the narrowest offered width of at least that many rows, else the narrowest
+    offered."""
+    n0 = cfg.gain_reference_width
+    if cfg.gain_reference == "fixed":
+        return n0
     for n in offered:
         if n >= n0:
             return n
     return offered[0] if offered else n0
+
+
+def priced_value(tokens: float, seconds: float, rho: float | None) -> float:
+    """Eq. (7)'s value of ``tokens`` in ``seconds``: ``tokens - rho seconds``, or the per-round
+    ratio ``tokens / seconds`` while ``rho`` is ``None``."""
+    if rho is None:
+        return tokens / seconds if seconds > 0 else math.inf
+    return tokens - rho * seconds
+
+
+def bounded_measurement(best: float, tokens_at: Callable[[int], float], d_fixed: float,
+                        rho: float | None) -> Callable[[int, float], bool]:
+    """``cold_start: bounded``: the width table's question "could measuring ``width`` change
+    the choice?". Its optimistic value (``tokens_at(width)`` tokens, every candidate on the
+    deepest path accepted, in ``D + time_floor`` seconds) must beat ``best``, the value of the
+    best width already priced (plain decode's in the width-1 extension)."""
+    def could_change(width: int, time_floor: float) -> bool:
+        return priced_value(tokens_at(width), d_fixed + time_floor, rho) > best
+    return could_change
 
 
 class Valuer:
@@ -178,11 +205,7 @@ class Valuer:
         return 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
 
     def value(self, width: int, price: float) -> float:
-        t = self.tokens(width)
-        time = self.d_fixed + price
-        if self.rho is None:
-            return t / time if time > 0 else math.inf
-        return t - self.rho * time
+        return priced_value(self.tokens(width), self.d_fixed + price, self.rho)
 
     def clears(self, v: float, incumbent_v: float, incumbent_tokens: float,
                cfg: WidthChoiceConfig) -> bool:
@@ -334,10 +357,7 @@ def width1_switch(w1_incumbent: bool, t1: float, forecast: tuple[float, float],
     for the ratio, by ``ratio_margin``. Returns the new incumbent (``True``: plain decode)."""
     a_tokens, c_time = forecast
 
-    def value(tokens: float, seconds: float) -> float:
-        return tokens / seconds if rho is None else tokens - rho * seconds
-
-    v1, vd = value(1.0, t1), value(a_tokens, c_time)
+    v1, vd = priced_value(1.0, t1, rho), priced_value(a_tokens, c_time, rho)
     if w1_incumbent:
         inc_v, inc_tokens, alt_v = v1, 1.0, vd
     else:

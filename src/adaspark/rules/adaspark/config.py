@@ -46,6 +46,7 @@ class CostModelConfig:
     refit_min_span: float
     law_seed_intercept: bool
     clock: str
+    cold_start: str
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class WidthChoiceConfig:
     gain_clamp: tuple[float, float]
     gain_shrinkage: float
     gain_reference_width: int
+    gain_reference: str
     ratio_margin: float
     hysteresis_margin: float
     gain_ridge_floor: float
@@ -112,13 +114,6 @@ class NgramConfig:
 
 
 @dataclass(frozen=True)
-class DrafterConfig:
-    """§2.2: the block's shape."""
-
-    candidates_per_position: int
-
-
-@dataclass(frozen=True)
 class StoreConfig:
     """What the persisted store holds beyond the learned laws (a named choice)."""
 
@@ -131,7 +126,6 @@ class SchedulerConfig:
     width_choice: WidthChoiceConfig
     acceptance_model: AcceptanceConfig
     ngram_fill: NgramConfig
-    drafter: DrafterConfig
     store: StoreConfig
 
 
@@ -140,7 +134,6 @@ _SECTIONS: dict[str, type] = {
     "width_choice": WidthChoiceConfig,
     "acceptance_model": AcceptanceConfig,
     "ngram_fill": NgramConfig,
-    "drafter": DrafterConfig,
     "store": StoreConfig,
 }
 
@@ -172,10 +165,12 @@ def from_mapping(raw: dict[str, Any]) -> SchedulerConfig:
                                        for k, cls in _SECTIONS.items()}))
 
 
-#: The values a named choice may take (the first is the default in conf/scheduler/adaspark.yaml).
+#: The values a named choice may take (the file conf/scheduler/adaspark.yaml names the default).
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("cost_model", "clock"): ("residual", "raw"),
     ("cost_model", "level_against"): ("current_law", "at_sample"),
+    ("cost_model", "cold_start"): ("ladder", "bounded"),
+    ("width_choice", "gain_reference"): ("fixed", "narrowest_offered"),
     ("width_choice", "agreed_counts_as"): ("ngram", "drafter"),
     ("width_choice", "width1_forecast"): ("realised",),
     ("acceptance_model", "gate_counts"): ("squared_gradients", "updates"),

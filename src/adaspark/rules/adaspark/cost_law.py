@@ -119,18 +119,23 @@ class ContextLaw:
             self.warm.append((context, t))
             if len(self.warm) < self.cfg.samples_before_law:
                 return
-            self.scale = min(v for _, v in self.warm)
-            if self.cfg.law_seed_intercept:
-                c = self.cfg
-                self.z = [0.0] * 5
-                self.z[0] = -1.0 * (c.ftrl_stabiliser / c.ftrl_rate + c.l2) - c.l1
-                self._refresh_weights()
+            self.start(min(v for _, v in self.warm))
             held, self.warm = self.warm, []
             unit = self.cfg.context_basis_unit
             for ctx, v in held:
                 self._fold(ctx, v, context_basis(ctx, unit))
             return
         self._fold(context, t, phi)
+
+    def start(self, scale: float) -> None:
+        """Fix the law's scale (its time unit: the class's lowest time of its first samples)
+        and, with ``law_seed_intercept``, start the intercept at 1 (the scale)."""
+        self.scale = scale
+        if self.cfg.law_seed_intercept:
+            c = self.cfg
+            self.z = [0.0] * 5
+            self.z[0] = -1.0 * (c.ftrl_stabiliser / c.ftrl_rate + c.l2) - c.l1
+            self._refresh_weights()
 
     def _fold(self, context: int, t: float, phi: Basis) -> None:
         c = self.cfg
@@ -202,8 +207,10 @@ class ContextLaw:
 
     def refit(self) -> bool:
         """Train a candidate law on the bank and adopt it if its quantile loss on the judged
-        samples is lower. A sparse bank gets as many steps as a full one. Returns whether the
-        candidate was adopted."""
+        samples is lower. A sparse bank gets as many steps as a full one. The candidate keeps the
+        class's scale and floor (the clamp of Eq. 4 rests on the class's lowest observed time,
+        not on the training subset's), so adopting it replaces only the weights. Returns
+        whether the candidate was adopted."""
         self.dirty = False
         c = self.cfg
         train, held, judged = self.split_bank()
@@ -216,27 +223,25 @@ class ContextLaw:
         per_band = c.sample_bank_per_band - int(c.sample_bank_per_band * c.refit_holdout_fraction)
         passes = max(c.refit_epochs,
                      math.ceil(c.refit_epochs * per_band * len(self.bank) / len(train)))
+        assert self.scale is not None  # a bank is filled only once the scale is set
         cand = ContextLaw(c, banked=False)
+        cand.start(self.scale)  # the class's own unit and clamp floor (its lowest time seen)
+        cand.floor = self.floor
         unit = c.context_basis_unit
         phis = [context_basis(ctx, unit) for ctx, _ in train]
         cand.train(train, phis, passes)
         if cand.score(judged) < self.score(judged):
             self.z, self.n, self.w = cand.z, cand.n, cand.w
-            self.scale, self.floor = cand.scale, cand.floor
             return True
         return False
 
     def train(self, samples: list[tuple[int, float]], phis: list[Basis], passes: int) -> None:
-        """``passes`` sweeps of :meth:`observe` over ``samples`` (a fresh law: the first ones
-        set its scale), written with local variables because the refit runs thousands of
+        """``passes`` sweeps of the online step over ``samples``, on a law whose scale is set
+        (:meth:`start`); written with local variables because the refit runs thousands of
         steps."""
         c = self.cfg
-        k0 = 0
-        while self.scale is None and k0 < len(samples):
-            self.observe(samples[k0][0], samples[k0][1], phis[k0])
-            k0 += 1
         if self.scale is None:
-            return
+            raise ValueError("train() needs the law's scale: call start(scale) first")
         tau, cap, rate = c.quantile_tau, c.squared_gradient_cap, c.ftrl_rate
         beta, l1, l2 = c.ftrl_stabiliser, c.l1, c.l2
         z, n, w = self.z, self.n, self.w
@@ -244,8 +249,8 @@ class ContextLaw:
         floor = self.floor
         sqrt = math.sqrt
         steps = 0
-        for sweep in range(passes):
-            for idx in range(k0 if sweep == 0 else 0, len(samples)):
+        for _ in range(passes):
+            for idx in range(len(samples)):
                 y = samples[idx][1] / scale
                 phi = phis[idx]
                 pred = w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]

@@ -25,6 +25,7 @@ extension (plain decode offered to the chooser, decided before the drafter is ca
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,12 @@ from adaspark.rules.adaspark.chooser import (
     Gains,
     LongRunRate,
     Valuer,
+    bounded_measurement,
     choose,
     could_beat,
     counts_as_ngram,
     ngram_order,
+    priced_value,
     reference_width,
     width1_switch,
     width_without_ngram,
@@ -146,6 +149,8 @@ class AdaSparkRule(WidthRule):
         self.head_offset_on = bool(head_offset)
         self.store_path = Path(store) if store else None
         self.agreed_counts = self.cfg.width_choice.agreed_counts_as == "ngram"
+        self.bounded = self.cfg.cost_model.cold_start == "bounded"
+        self._bounded_measuring = True  # bounded: did the last drafted round measure a width?
         # read now, applied once the widest verify is known (the first round)
         self._stored = load_store(self.store_path) if self.store_path is not None else None
         c = self.cfg
@@ -230,12 +235,17 @@ class AdaSparkRule(WidthRule):
             self._width1_now, self._why1 = True, "width1-cold-start"
             return False
         c = state.context
-        t1 = table.plain_price(table.basis(c))
+        phi = table.basis(c)
+        t1 = table.plain_price(phi)
         est = self.forecast.estimate(c)
-        if t1 is None or est is None or table.measurement_width() is not None:
+        rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
+        # the ladder drafts until every width is measured; bounded until a drafted round finds
+        # no width worth measuring (its tree's depth bounds what a width could accept)
+        measuring = (self._bounded_measuring if self.bounded
+                     else table.measurement_width() is not None)
+        if t1 is None or est is None or measuring:
             self.w1_incumbent = False
             return True
-        rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
         self.w1_incumbent = width1_switch(self.w1_incumbent, t1, est, rho,
                                           self.cfg.width_choice)
         self._width1_now, self._why1 = self.w1_incumbent, "width1"
@@ -285,6 +295,7 @@ class AdaSparkRule(WidthRule):
         order = order_arr.tolist()
         self._tick("order")
         width = self._choose_width(state, rc)
+        self._bounded_measuring = rc.why == "cold-start"
         keep = min(width - 1, n)
         has_ngram = self.ngram_on and len(cands) > cands.n_drafted
         if cfg.ngram_fill.exploration_counts == "all_tree_rounds" or has_ngram:
@@ -334,19 +345,26 @@ class AdaSparkRule(WidthRule):
         offered = envelope(prices)
         rc.offered = offered
         tops = [w for w, _ in offered] or table.widths()
-        rc.n0 = reference_width(tops, cw.gain_reference_width)
+        rc.n0 = reference_width(tops, cw)
         rc.first = tops[0]
         rc.predicted_fixed = table.fixed_cost(phi)
-        meas = table.measurement_width()
+        gains = self.gains.at(u)
+        rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
+        valuer = Valuer(rc.s, rc.s_ng, rc.n0, gains, rc.predicted_fixed, rho)
+        bound = self._bound(rc, valuer, offered, phi) if self.bounded and offered else None
+        meas = table.measurement_width(could_change=bound, phi=phi)
         if meas is not None:
             self._tick("pricing")
             rc.why = "cold-start"
             rc.predicted_verify = dict(prices).get(meas)
             return meas
-        rc.gains = self.gains.at(u)
-        rc.rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
+        if not offered:  # bounded: nothing priced yet, so nothing to pass a width over for
+            meas = table.measurement_width()
+            assert meas is not None, "a width table with no priced width has one to measure"
+            rc.why = "cold-start"
+            return meas
+        rc.gains, rc.rho = gains, rho
         self._tick("pricing")
-        valuer = Valuer(rc.s, rc.s_ng, rc.n0, rc.gains, rc.predicted_fixed, rc.rho)
         incumbent = self.incumbent or max(w for w, _ in offered)
         pick = choose(valuer, offered, incumbent, cw)
         rc.width_chosen, rc.incumbent_before = pick.width, incumbent
@@ -358,6 +376,26 @@ class AdaSparkRule(WidthRule):
         table.split(lambda w, p: could_beat(valuer, w, p, pick.width, held_price, cw), prices)
         self._tick("choice")
         return pick.width
+
+    def _bound(self, rc: RoundContext, valuer: Valuer, offered: list[tuple[int, float]],
+               phi: Any) -> Callable[[int, float], bool]:
+        """``cold_start: bounded`` in a drafted round: a width is measured only if its
+        optimistic value (one more token than the deepest of the first ``width - 1`` nodes of
+        this round's order, in D plus the table's time floor) beats the best priced width's
+        value (plain decode's too, in the width-1 extension)."""
+        assert self.table is not None and rc.cands is not None and rc.rank is not None
+        best = max(valuer.value(w, p) for w, p in offered)
+        t1 = self.table.plain_price(phi)
+        if t1 is not None:
+            best = max(best, priced_value(1.0, t1, valuer.rho))
+        order = np.argsort(rc.rank)
+        deepest = np.maximum.accumulate(np.asarray(rc.cands.position, dtype=np.int64)[order] + 1)
+
+        def tokens_at(width: int) -> float:
+            keep = min(width - 1, len(deepest))
+            return 1.0 + (float(deepest[keep - 1]) if keep > 0 else 0.0)
+
+        return bounded_measurement(best, tokens_at, valuer.d_fixed, valuer.rho)
 
     def _explore(self, order: list[int], keep: int, cands: CandidateSet,
                  q: np.ndarray) -> bool:
@@ -394,6 +432,7 @@ class AdaSparkRule(WidthRule):
         if rc is None:
             return
         self._tick(None)
+        t_observe = time.perf_counter()
         c = rc.context
         t = outcome.verify_s
         d = outcome.fixed_s if rc.drafted else 0.0
@@ -415,8 +454,8 @@ class AdaSparkRule(WidthRule):
             table.observe_verify(rows, c, t, phi)
         self._first_round = False
         self._tick("cost-learning")
-        # line 16: rho (and the width-1 forecast)
-        self.rate.observe(c, committed, outcome.fixed_s + t)
+        # line 16: rho over whole rounds (and the width-1 forecast)
+        self.rate.observe(c, committed, outcome.round_s)
         record = (round_record(sm.request_id, sm.rounds - 1, rc, plan, outcome,
                                self._width_without_ngram(rc))
                   if self.log is not None else None)
@@ -425,6 +464,7 @@ class AdaSparkRule(WidthRule):
             if self.ngram_on:
                 self.index.extend(list(outcome.new_tokens))
             if record is not None:
+                record.learn_s = time.perf_counter() - t_observe
                 self.log.add(record)  # type: ignore[union-attr]
             return
         self.forecast.observe(c, committed, d + t)
@@ -444,13 +484,14 @@ class AdaSparkRule(WidthRule):
         # line 17: guard, then learn from every candidate of every accepted parent
         losses = self._learn_acceptance(rc, path_c, outcome)
         self._tick("acceptance-learning")
-        if record is not None:
-            record.n_labelled, record.logloss_fitted, record.logloss_head = losses
-            self.log.add(record)  # type: ignore[union-attr]
         # line 18
         if self.ngram_on:
             self.index.extend(list(outcome.new_tokens))
         self._tick("ngram")
+        if record is not None:
+            record.n_labelled, record.logloss_fitted, record.logloss_head = losses
+            record.learn_s = time.perf_counter() - t_observe
+            self.log.add(record)  # type: ignore[union-attr]
 
     def _learn_acceptance(self, rc: RoundContext, path_c: list[int],
                           outcome: RoundOutcome) -> tuple[int, float | None, float | None]:

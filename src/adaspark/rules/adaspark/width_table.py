@@ -97,19 +97,48 @@ class WidthTable:
     def fixed_cost(self, phi: Basis) -> float:
         return self.clock.estimate(phi)
 
-    def measurement_width(self, drafted: bool = True) -> int | None:
+    def measurement_width(self, drafted: bool = True,
+                          could_change: Callable[[int, float], bool] | None = None,
+                          phi: Basis | None = None) -> int | None:
         """Cold start (Algorithm 1, line 7): the narrowest width with fewer measurements than a
         price needs. Width 1 (extension) comes first and needs a round without a drafter call,
-        so with ``drafted=True`` it is skipped."""
+        so with ``drafted=True`` it is skipped.
+
+        ``cold_start: bounded`` passes ``could_change(width, time_floor)``: a width is measured
+        only if it could change the choice at the context of ``phi``, its time at least
+        :meth:`time_floor`; the others are passed over this round (and asked again the next)."""
         need = self.cfg.measurements_before_priced
         if not drafted:
             return 1 if self.plain is not None and self.plain.measured < need else None
         if self.plain is not None and self.plain.measured < need:
             return None
+        prices = self.class_prices(phi) if could_change is not None and phi is not None else []
         for k in self.classes:
             if k.measured < need and not k.unreachable:
-                return k.hi
+                if could_change is None or phi is None:
+                    return k.hi
+                if could_change(k.hi, self.time_floor(k, prices, phi)):
+                    return k.hi
         return None
+
+    def time_floor(self, k: CostClass, prices: list[tuple[int, float | None]],
+                   phi: Basis) -> float:
+        """The bounded cold start's optimistic time for class ``k``: at least what every
+        narrower width (plain decode's included) was measured to cost, its price at the context
+        of ``phi`` once it has one, else its lowest measurement so far, and at least ``k``'s own
+        lowest measurement."""
+        own = dict(prices)
+        floor = 0.0
+        t1 = self.plain_price(phi)
+        if t1 is not None:
+            floor = t1
+        for j in [*self.classes[: self.classes.index(k)], k]:
+            p = own.get(j.hi) if j is not k else None
+            if p is None and j.level.window:
+                p = j.level.lowest()
+            if p is not None:
+                floor = max(floor, p)
+        return floor
 
     # -- learning -------------------------------------------------------------------------------
 
@@ -167,11 +196,11 @@ class WidthTable:
         the class is split only if ``b - 1`` rows at ``T(a)`` would clear the chooser's switching
         margin against the held width (``could_beat(b - 1, T(a))``). Steep classes (top more
         than ``steep_interval`` above bottom) are split next to the held width, others at their
-        midpoint. Returns the new width, or ``None``."""
+        midpoint. Called on rounds the chooser chose (no width is being measured); a class
+        without both prices is never split. Returns the new width, or ``None``."""
         c = self.cfg
         if (self.mode != "learned" or len(self.classes) >= c.most_widths_learned
-                or self.held_rounds < c.split_hold_rounds
-                or self.measurement_width() is not None):
+                or self.held_rounds < c.split_hold_rounds):
             return None
         own = dict(prices)
         tops = [k.hi for k in self.classes]
