@@ -203,6 +203,8 @@ def test_the_clock_before_ds_law_exists_raw_reads_seconds_residual_reads_one() -
     for c, d in enumerate((0.011, 0.013, 0.014, 0.015, 0.016, 0.017, 0.018, 0.019), 502):
         raw.observe_fixed(c, d, raw.basis(c))
     assert raw.clock.reading() == 0.011   # 0.012 and 0.010 left the window of 8
+    raw.observe_fixed(510, 0.009, raw.basis(510))
+    assert raw.clock.reading() == 0.009   # the newest is the lowest
 
 
 def test_a_slower_machine_scales_a_stale_price_by_the_clock_in_both_readings() -> None:
