@@ -1,5 +1,5 @@
 """The online verify-cost model (§3.2): Prop. 3, Prop. 2's pricing, the width table's cold start,
-reach, split rule and bound, the refit, the level and the clock."""
+reach, split rule and bound, the refit, the level and the clock (raw and residual)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_an_adopted_refit_keeps_the_class_scale_and_floor() -> None:
     assert law.refit()
     assert law.scale == pytest.approx(0.020) and law.floor == pytest.approx(1.0)
     assert min(t for v in law.bank.values() for _, t in v) > 0.031  # none of the fast ones
-    lo, hi = CFG.law_clamp
+    _, hi = CFG.law_clamp
     p = law.predict(context_basis(100_000, UNIT))
     assert p is not None and p <= hi * 0.020 + 1e-12  # the clamp still reads 3 x 0.020 s
 
@@ -207,3 +207,74 @@ def test_level_follows_a_slower_machine_and_the_clock_carries_stale_classes() ->
     new = dict(table.class_prices(table.basis(540)))
     assert new[8] == pytest.approx(2.0 * p8, rel=0.03)     # level: within the window
     assert new[16] == pytest.approx(2.0 * p16, rel=0.03)   # clock: D now over D then
+
+
+def clock_table(clock: str) -> WidthTable:
+    return WidthTable(load_config("adaspark", {"cost_model": {"clock": clock}}).cost_model, 64)
+
+
+def test_the_clock_before_ds_law_exists_raw_reads_seconds_residual_reads_one() -> None:
+    """Eq. (5)'s ``D_now / D_k``: ``raw`` reads D's minimum over the last ``level_window``
+    rounds in seconds; ``residual`` reads D against D's own context law, 1 until it has one."""
+    raw, residual = clock_table("raw"), clock_table("residual")
+    for t in (raw, residual):
+        assert t.clock.reading() == 1.0
+        for c, d in ((500, 0.012), (501, 0.010)):   # fewer than samples_before_law (3)
+            t.observe_fixed(c, d, t.basis(c))
+    assert raw.clock.reading() == 0.010 and residual.clock.reading() == 1.0
+    for c, d in enumerate((0.011, 0.013, 0.014, 0.015, 0.016, 0.017, 0.018, 0.019), 502):
+        raw.observe_fixed(c, d, raw.basis(c))
+    assert raw.clock.reading() == 0.011   # 0.012 and 0.010 left the window of 8
+    raw.observe_fixed(510, 0.009, raw.basis(510))
+    assert raw.clock.reading() == 0.009   # the newest is the lowest
+
+
+def test_a_slower_machine_scales_a_stale_price_by_the_clock_in_both_readings() -> None:
+    """Width 2 measured at 50 ms while D was 10 ms; then D doubles (every round slower) and
+    width 2 does not run. Raw: the price doubles exactly (50 ms x 20 / 10). Residual: D over
+    its law went from about 1 to about 2, so the price about doubles too."""
+    prices = {}
+    for clock in ("raw", "residual"):
+        t = clock_table(clock)
+        for c in (500, 501, 502):
+            t.observe_fixed(c, 0.010, t.basis(c))
+        then = t.clock.reading()
+        for c in (503, 504, 505):
+            t.observe_verify(2, c, 0.05, t.basis(c))
+        before = dict(t.class_prices(t.basis(505)))[2]
+        for c in range(506, 514):
+            t.observe_fixed(c, 0.020, t.basis(c))
+        after = dict(t.class_prices(t.basis(514)))[2]
+        assert before == pytest.approx(0.05, rel=1e-9)
+        prices[clock] = (then, t.clock.reading(), after)
+    assert prices["raw"] == pytest.approx((0.010, 0.020, 0.10), rel=1e-9)
+    then, now, after = prices["residual"]
+    assert then == pytest.approx(1.0, abs=0.02) and now == pytest.approx(2.0, rel=0.05)
+    assert after == pytest.approx(0.05 * now / then, rel=1e-9)
+    assert after == pytest.approx(0.10, rel=0.05)
+
+
+def test_residual_does_not_charge_context_growth_to_the_clock() -> None:
+    """D = 10 ms x (1 + c / 2000) grows 2.4x from 500 to 4,000 tokens only because the
+    context grows (each class's own law already prices that). Once D's law has learned it
+    (30 requests at 500, 2,000, 4,000 and 8,000 tokens, each refitted), ``residual`` reads
+    about 1 at every context (within the learned law's error); ``raw`` reads D itself, the
+    window's minimum, and would charge every stale class the growth a second time."""
+    def d_at(c: int) -> float:
+        return 0.01 * (1.0 + c / 2000.0)
+
+    readings: dict[str, list[float]] = {}
+    for clock in ("raw", "residual"):
+        t = clock_table(clock)
+        for r in range(30):
+            for c in (500 + r, 2000 + r, 4000 + r, 8000 + r):
+                t.observe_fixed(c, d_at(c), t.basis(c))
+            t.refit()
+        readings[clock] = []
+        for c0 in (500, 2000, 4000):
+            for c in range(c0 + 50, c0 + 58):
+                t.observe_fixed(c, d_at(c), t.basis(c))
+            readings[clock].append(t.clock.reading())
+    assert readings["raw"] == pytest.approx([d_at(550), d_at(2050), d_at(4050)], rel=1e-12)
+    assert readings["residual"] == pytest.approx([1.0, 1.0, 1.0], abs=0.1)
+    assert readings["raw"][2] / readings["raw"][0] == pytest.approx(2.37, abs=0.01)

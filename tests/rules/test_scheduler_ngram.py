@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from adaspark.decoding.candidates import NGRAM, from_block
 from adaspark.decoding.drafter.base import Block
@@ -34,13 +35,21 @@ def test_a_copy_continues_an_earlier_passage_else_the_top_follower() -> None:
 
 
 def test_precision_is_scored_before_each_token_is_indexed() -> None:
+    """Each token is scored by the proposal the index made before it was indexed. In
+    1 2 3 9 | 1 2 3 9 | 1 2 3 8 the first 9 has no proposal (scored after indexing, (1, 2, 3)
+    -> 9 would already count); the second 9 is the follower of (1, 2, 3) seen once (evidence n1),
+    right; from the third 1 on, the earlier passage continues (a copy of 4, 5, 6, 7 tokens):
+    1, 2, 3 right, then 9 proposed where 8 came."""
     ix = index([])
     ix.extend([1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 3, 8])
-    # the follower of (1, 2, 3) was proposed twice (9 right once, then wrong: 8 came)
-    proposed = sum(n for n, _ in ix.scored)
-    right = sum(r for _, r in ix.scored)
-    assert proposed >= 2 and right < proposed
-    assert all(0.0 < p < 1.0 for p in ix.precision())
+    # per evidence class (n1, n2+, copy, copy-long): [proposed, right]
+    assert ix.scored == [[1, 1], [0, 0], [4, 3], [0, 0]]
+    # p_src = (right + 1) / (proposed + 2)
+    assert ix.precision() == pytest.approx([2 / 3, 1 / 2, 4 / 6, 1 / 2], rel=1e-12)
+    # the prompt is scored too by default; unscored text leaves every class at the prior
+    quiet = index([])
+    quiet.extend([1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 3, 8], score=False)
+    assert quiet.scored == [[0, 0]] * 4 and quiet.precision() == [0.5] * 4
 
 
 def block_of(tokens: list[list[int]]) -> Block:

@@ -1,5 +1,7 @@
-"""The store round-trips: a restarted scheduler makes the same choices as one that never
-stopped (§3.2, "Cold start": the table is stored, so a restart begins from what was learned)."""
+"""The store round-trips (§3.2, "Cold start": the table is stored, so a restart begins from
+what was learned). With ``store.persist_fast_state: true`` a restarted scheduler makes the same
+choices as one that never stopped; with the paper's ``false`` ("the level is not stored") the
+levels and the chooser's incumbent start again and everything learned slowly is kept."""
 
 from __future__ import annotations
 
@@ -22,10 +24,14 @@ ENV = Environment(cost=RisingCost(base=0.012, per_row=0.0016, slope=0.01),
                   text=TextProcess(copy_start=0.02))
 
 
+FAST = {"store": {"persist_fast_state": True}}
+
+
 @pytest.mark.parametrize("arm", [{}, {"offer_width1": True}, {"width": "classes"}])
 def test_a_restarted_scheduler_makes_the_same_choices(tmp_path: Path, arm: dict) -> None:
     store = tmp_path / "store.json"
     sim = Simulator(ENV)
+    arm = {**arm, "constants": FAST}
     kept = AdaSparkRule(store=str(store), **arm)
     sim.run(kept, range(4), [400, 2500], 200)
     assert store.is_file()
@@ -38,6 +44,31 @@ def test_a_restarted_scheduler_makes_the_same_choices(tmp_path: Path, arm: dict)
     sb = {k: v for k, v in b.summary.items() if k != "request_id"}
     assert sa == sb
     assert kept.state() == restarted.state()
+
+
+def test_without_the_fast_state_a_restart_keeps_the_laws_and_drops_the_levels(
+        tmp_path: Path) -> None:
+    """``persist_fast_state: false`` (the default): the stored table has no levels (every
+    class's level reads 1 again, the paper's "the level is not stored") and the store has no
+    chooser state; the laws, banks, measurement counts, rho and the acceptance model are kept,
+    so the restarted scheduler measures nothing again."""
+    store = tmp_path / "store.json"
+    sim = Simulator(ENV)
+    kept = AdaSparkRule(store=str(store))
+    assert kept.cfg.store.persist_fast_state is False
+    sim.run(kept, range(4), [400, 2500], 200)
+    state = json.loads(store.read_text())
+    assert "chooser" not in state and "held" not in state["table"]
+    assert all(k["level"]["ratios"] == [] and k["level"]["value"] == 1.0
+               for k in state["table"]["classes"])
+    assert kept.table is not None and any(k.level.value != 1.0 for k in kept.table.classes)
+    restarted = AdaSparkRule(store=str(store))
+    b = sim.run_request(restarted, 4, 1500, 250, keep_rounds=True)
+    assert "cold-start" not in b.round_why
+    assert restarted.table is not None
+    assert [k.law.to_state() for k in restarted.table.classes] \
+        == [k.law.to_state() for k in kept.table.classes] or restarted.table.splits > 0
+    assert restarted.rate.to_state().keys() >= kept.rate.to_state().keys()
 
 
 def test_a_fresh_scheduler_differs_so_the_store_matters(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ Every run starts from an empty store. Rates are tokens per simulated second over
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -40,8 +41,9 @@ SHAPES = {
 }
 
 
-def run(env: Environment, rule: AdaSparkRule, n: int = N_REQUESTS, window: int = WINDOW) -> float:
-    reps = Simulator(env).run(rule, range(n), PROMPTS, TOKENS)
+def run(env: Environment, rule: AdaSparkRule, n: int = N_REQUESTS, window: int = WINDOW,
+        tokens: int = TOKENS) -> float:
+    reps = Simulator(env).run(rule, range(n), PROMPTS, tokens)
     return rate_of(reps[n - window:])
 
 
@@ -61,14 +63,25 @@ def test_the_long_run_rate_beats_the_per_round_ratio_when_rounds_are_uneven() ->
     """Prop. 5 / §3.4 (i): with rounds much better and much worse than their band (a strongly
     bimodal pick share), a large fixed cost D and a cost that rises with every row, pricing time
     at rho buys rows in good rounds that the per-round ratio refuses, and refuses rows in poor
-    rounds that the ratio buys."""
-    env = Environment(cost=RisingCost(base=0.010, per_row=0.0025),
-                      drafter=DrafterProcess(B=8, K=8, alpha=0.0, beta=3.0, share_a=0.3,
-                                             share_b=0.3, depth_decay=0.0),
-                      fixed=0.03, seed=5, text=TextProcess(copy_start=0.0))
-    rho = run(env, AdaSparkRule(ngram=False), 12, 8)
-    ratio = run(env, AdaSparkRule(ngram=False, rate_rule="ratio"), 12, 8)
-    assert rho > 1.003 * ratio, (rho, ratio)
+    rounds that the ratio buys.
+
+    Prop. 5 is a claim about the long-run rate, so it is checked over five seeds (five draws of
+    texts and drafter rounds, 8 requests of 200 tokens each, the last 6 measured): the
+    geometric mean of rho's rate over the ratio's is at least 1.005, and rho is ahead on at
+    least 4 of the 5 seeds, so no single seed carries the mean. (Seeds 0-9 measured 1.008 to
+    1.020, mean 1.012; one seed's draws move the ratio by about half a percent.)"""
+    gains = []
+    for seed in range(5):
+        env = Environment(cost=RisingCost(base=0.010, per_row=0.0025),
+                          drafter=DrafterProcess(B=8, K=8, alpha=0.0, beta=3.0, share_a=0.3,
+                                                 share_b=0.3, depth_decay=0.0),
+                          fixed=0.03, seed=seed, text=TextProcess(copy_start=0.0))
+        rho = run(env, AdaSparkRule(ngram=False), 8, 6, 200)
+        ratio = run(env, AdaSparkRule(ngram=False, rate_rule="ratio"), 8, 6, 200)
+        gains.append(rho / ratio)
+    mean = math.exp(sum(math.log(g) for g in gains) / len(gains))
+    assert mean >= 1.005, gains
+    assert sum(g > 1.0 for g in gains) >= 4, gains
 
 
 def test_learned_widths_find_the_step_edge_that_changes_the_choice() -> None:

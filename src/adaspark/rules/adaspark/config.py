@@ -165,15 +165,15 @@ def from_mapping(raw: dict[str, Any]) -> SchedulerConfig:
                                        for k, cls in _SECTIONS.items()}))
 
 
-#: The values a named choice may take (the file conf/scheduler/adaspark.yaml names the default).
+#: The values a named choice may take (the first is the default in conf/scheduler/adaspark.yaml).
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("cost_model", "clock"): ("residual", "raw"),
-    ("cost_model", "level_against"): ("current_law", "at_sample"),
+    ("cost_model", "level_against"): ("at_sample", "current_law"),
     ("cost_model", "cold_start"): ("ladder", "bounded"),
     ("width_choice", "gain_reference"): ("fixed", "narrowest_offered"),
     ("width_choice", "agreed_counts_as"): ("ngram", "drafter"),
     ("width_choice", "width1_forecast"): ("realised",),
-    ("acceptance_model", "gate_counts"): ("squared_gradients", "updates"),
+    ("acceptance_model", "gate_counts"): ("updates", "squared_gradients"),
     ("acceptance_model", "psi"): ("depth_and_context",),
     ("acceptance_model", "offset_labels"): ("all_candidates", "placed"),
     ("ngram_fill", "exploration_counts"): ("ngram_rounds", "all_tree_rounds"),
