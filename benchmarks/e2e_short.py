@@ -1,6 +1,8 @@
 """End to end on the short subset (§4.1, Table 4 in small): every default arm through its own
-HTTP server, timed on the client's clock, then per-arm decode tok/s and the ratios with 95%
-bootstrap intervals over conversations (``adaspark.analysis.stats``).
+HTTP server, timed on the client's clock, then per-arm decode tok/s (the headline, §4.1) and the
+ratios with 95% bootstrap intervals over conversations (``adaspark.analysis.stats``), and beside
+them, per arm, the median time to first token, the end-to-end tok/s and the drafter's median
+prompt prefill (:func:`end_to_end`).
 
 Arms, in this order: ``llamacpp-ar``, ``ar``, ``llamacpp-chain``, ``chain3``, ``adaspark``,
 ``adaspark-w1``; an arm whose width rule is not registered yet is skipped, and the output says
@@ -39,6 +41,10 @@ PAIRS = [
     ("adaspark-w1", "adaspark"),
 ]
 
+#: The end-to-end keys each ``throughput`` row gains (:func:`end_to_end`).
+E2E_KEYS = ("median_ttft_s", "e2e_tokens_per_s", "e2e_tokens", "e2e_s",
+            "median_drafter_prefill_s", "e2e_n_replies")
+
 
 def runnable(arms: list[str], cfg) -> tuple[list[str], dict[str, str]]:
     """The arms whose width rule is registered (llama-server arms always are)."""
@@ -55,6 +61,25 @@ def runnable(arms: list[str], cfg) -> tuple[list[str], dict[str, str]]:
     return keep, skipped
 
 
+def end_to_end(df, arm: str) -> dict:
+    """The arm's time to first token and end-to-end speed beside its decode speed (the headline,
+    ``tokens_per_s``): ``median_ttft_s``, ``e2e_tokens_per_s`` (reply tokens over the time from
+    sending the request to the last token, summed over replies), ``e2e_tokens``, ``e2e_s``,
+    ``median_drafter_prefill_s`` (NaN for llama-server's arms, which do not report it) and
+    ``e2e_n_replies`` (:func:`adaspark.analysis.throughput.arm_end_to_end`); NaN when no reply
+    has a time to first token."""
+    from adaspark.analysis.bootstrap import StatsInputError
+    from adaspark.analysis.throughput import arm_end_to_end
+
+    try:
+        e = arm_end_to_end(df, arm)
+    except StatsInputError:
+        return {k: float("nan") for k in E2E_KEYS}
+    return {"median_ttft_s": e.median_ttft_s, "e2e_tokens_per_s": e.tokens_per_s,
+            "e2e_tokens": e.tokens, "e2e_s": e.e2e_s,
+            "median_drafter_prefill_s": e.median_drafter_prefill_s, "e2e_n_replies": e.n_replies}
+
+
 def analyse(out: Path, arms: list[str], seed: int) -> dict:
     import pandas as pd
 
@@ -68,9 +93,10 @@ def analyse(out: Path, arms: list[str], seed: int) -> dict:
     throughput = []
     for a in arms:
         try:
-            throughput.append(arm_throughput(df, a).as_dict())
+            row = arm_throughput(df, a).as_dict()
         except stats.StatsInputError as e:
-            throughput.append({"arm": a, "tokens_per_s": float("nan"), "note": str(e)})
+            row = {"arm": a, "tokens_per_s": float("nan"), "note": str(e)}
+        throughput.append(row | end_to_end(df, a))
     ratios = []
     for a, b in PAIRS:
         if a not in arms or b not in arms:
@@ -124,8 +150,12 @@ def main(argv: list[str] | None = None) -> int:
                "target": str(cfg.target.name), "drafter": str(cfg.drafter.name),
                "summaries": [s.__dict__ for s in summaries]}
     (a.out / "e2e_short.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    console.print("  (decode tok/s is the headline, §4.1; TTFT and e2e are end to end)")
+    console.print(f"  {'arm':16s} {'decode tok/s':>12s} {'TTFT s':>8s} {'e2e tok/s':>9s} "
+                  f"{'prefill s':>9s}")
     for t in result["throughput"]:
-        console.print(f"  {t['arm']:16s} {t['tokens_per_s']:8.2f} tok/s")
+        console.print(f"  {t['arm']:16s} {t['tokens_per_s']:12.2f} {t['median_ttft_s']:8.2f} "
+                      f"{t['e2e_tokens_per_s']:9.2f} {t['median_drafter_prefill_s']:9.2f}")
     for r in result["ratios"]:
         console.print(f"  {r['arm_a']} / {r['arm_b']}: {r.get('cell', r.get('note'))}")
     console.print(f"e2e_short: written to {a.out}")

@@ -10,9 +10,17 @@ import pytest
 from reporting_helpers import FAST, Built
 
 from adaspark.analysis import stats, throughput
-from adaspark.analysis.records import ADASPARK, CHAIN3, LLAMACPP_CHAIN, Options, Records
+from adaspark.analysis.records import (
+    ADASPARK,
+    AR,
+    CHAIN3,
+    LLAMACPP_AR,
+    LLAMACPP_CHAIN,
+    Options,
+    Records,
+)
 from adaspark.analysis.survey import survey_medians
-from adaspark.analysis.tables import TABLES
+from adaspark.analysis.tables import TABLES, table4
 from adaspark.analysis.tables.render import DASH, formatted, missing_cells, write_table
 
 
@@ -160,3 +168,52 @@ def test_a_bad_bootstrap_method_exits_2_naming_the_key_and_the_choices(
     assert code == 2
     assert "tables.bootstrap_method='bca'" in err and "one of 'percentile', 'BCa'" in err
     assert not (tmp_path / "out").exists()
+
+
+def _timed_rows(arm: str, ttft_s: float, decode_s: float, prefill_s: float) -> list[dict]:
+    """Two replies of 21 tokens: decode 20 tokens in ``decode_s``, end to end
+    ``ttft_s + decode_s``."""
+    engine = "llama-server" if arm.startswith("llamacpp") else "ours"
+    return [{"arm": arm, "repeat": 1, "set": "spec-bench", "conversation": c, "turn": 0,
+             "reply": 0, "status": "finished", "decode_tps": 20.0 / decode_s,
+             "completion_tokens": 21, "prompt_tokens": 100, "engine": engine,
+             "ttft_s": ttft_s, "decode_s": decode_s, "drafter_prefill_s": prefill_s}
+            for c in ("c1", "c2")]
+
+
+def _timed_arms() -> pd.DataFrame:
+    nan = float("nan")
+    return pd.DataFrame([*_timed_rows(LLAMACPP_CHAIN, 1.0, 2.0, nan),  # 42 tokens / 6 s
+                         *_timed_rows(CHAIN3, 2.0, 1.5, 1.25),         # 42 tokens / 7 s
+                         *_timed_rows(ADASPARK, 1.5, 2.0, 0.75),       # 42 tokens / 7 s
+                         *_timed_rows(AR, 0.5, 2.5, 0.0),              # 42 tokens / 6 s
+                         *_timed_rows(LLAMACPP_AR, 0.25, 1.75, nan)])  # 42 tokens / 4 s
+
+
+def test_table4_notes_time_to_first_token_and_end_to_end_beside_the_headline(
+        fast: Options) -> None:
+    df = _timed_arms()
+    frame = table4.table4_end_to_end(df, df, "t", fast)
+    assert frame.iloc[0]["AdaSpark (tok/s)"] == pytest.approx(40.0 / 4.0)  # decode, unchanged
+    (note,) = frame.attrs["notes"]
+    assert ("llama.cpp DSpark 1.00 s, 7.0 tok/s; imparo DSpark 2.00 s, 6.0 tok/s (drafter "
+            "prefill 1.25 s); AdaSpark 1.50 s, 6.0 tok/s (drafter prefill 0.75 s); llama.cpp AR "
+            "0.25 s, 10.5 tok/s; our AR 0.50 s, 7.0 tok/s.") in note
+    assert "No drafter prefill" not in note
+    untimed = df.assign(ttft_s=float("nan"))
+    assert table4.table4_end_to_end(untimed, untimed, "t", fast).attrs["notes"] == []
+
+
+def test_the_every_arm_table_holds_ttft_and_end_to_end_beside_decode(fast: Options) -> None:
+    from adaspark.analysis import report
+
+    df = _timed_arms()
+    ov = report.arms_overview(df, fast).set_index("arm")
+    assert ov.loc[ADASPARK, report.DECODE_TPS] == pytest.approx(10.0)
+    assert ov.loc[ADASPARK, report.MEDIAN_TTFT] == pytest.approx(1.5)
+    assert ov.loc[ADASPARK, report.E2E_TPS] == pytest.approx(6.0)
+    assert ov.loc[CHAIN3, report.DRAFTER_PREFILL] == pytest.approx(1.25)
+    assert ov.loc[AR, report.DRAFTER_PREFILL] == 0.0
+    cells = formatted(report.arms_overview(df, fast)).set_index("arm")
+    assert cells.loc[LLAMACPP_CHAIN, report.DRAFTER_PREFILL] == DASH  # llama-server: not said
+    assert cells.loc[LLAMACPP_AR, report.E2E_TPS] == "10.5"

@@ -420,6 +420,62 @@ def test_arm_throughput_leaves_out_only_its_own_loops_and_averages_repeats() -> 
     assert per_source["LB"].tokens_per_s == pytest.approx(10.0)
 
 
+def timed(r: dict[str, object], ttft_s: float, decode_s: float,
+          drafter_prefill_s: float = float("nan")) -> dict[str, object]:
+    """A row with the time columns the end-to-end aggregate reads (adaspark.runs.rows)."""
+    return r | {"ttft_s": ttft_s, "decode_s": decode_s, "drafter_prefill_s": drafter_prefill_s}
+
+
+def test_arm_end_to_end_by_hand() -> None:
+    nan = float("nan")
+    frame = pd.DataFrame(
+        [
+            # end to end 1 + 3 = 4 s, 2 + 2 = 4 s and 3 + 0 = 3 s (one token event): 70 tokens
+            timed(row("a", "c1", 13.0, completion_tokens=40), 1.0, 3.0, 0.5),
+            timed(row("a", "c2", 9.5, completion_tokens=20, status="cut"), 2.0, 2.0, 1.5),
+            timed(row("a", "c4", nan, completion_tokens=10, status="single-delta"), 3.0, 0.0,
+                  1.0),
+            timed(row("a", "c3", 80.0, completion_tokens=8192, status="looped"), 1.0, 100.0),
+            timed(row("a", "c5", nan, completion_tokens=5, status="single-delta"), nan, nan),
+        ]
+    )
+    e = throughput.arm_end_to_end(frame, "a")
+    assert e.tokens_per_s == pytest.approx(70.0 / 11.0)
+    assert (e.tokens, e.e2e_s) == (pytest.approx(70.0), pytest.approx(11.0))
+    assert e.median_ttft_s == pytest.approx(2.0)
+    assert e.median_drafter_prefill_s == pytest.approx(1.0)
+    assert (e.n_replies, e.n_looped_excluded, e.n_untimed_excluded) == (3, 1, 1)
+    # the headline over the same rows leaves the single-delta reply out and times decode only
+    assert throughput.arm_throughput(frame, "a").tokens_per_s == pytest.approx(58.0 / 5.0)
+
+
+def test_arm_end_to_end_averages_runs_and_reads_files_without_the_prefill_column() -> None:
+    frame = pd.DataFrame(
+        [
+            timed(row("ada", "c1", 5.0, repeat=1, completion_tokens=21), 1.0, 3.0),
+            timed(row("ada", "c1", 5.0, repeat=2, completion_tokens=21), 3.0, 3.0),
+            timed(row("ada", "c2", 5.0, repeat=1, completion_tokens=11), 0.5, 2.5),
+            timed(row("ada", "c2", 5.0, repeat=2, completion_tokens=11), 0.5, 2.5),
+        ]
+    ).drop(columns="drafter_prefill_s")  # a replies file from before the column
+    e = throughput.arm_end_to_end(frame, "ada")
+    # c1: mean TTFT 2 s, mean end to end 5 s; c2: 0.5 s and 3 s
+    assert e.tokens_per_s == pytest.approx(32.0 / 8.0)
+    assert e.median_ttft_s == pytest.approx(1.25) and e.n_replies == 2
+    assert math.isnan(e.median_drafter_prefill_s)
+    assert throughput.arm_end_to_end(frame, "ada@2").tokens_per_s == pytest.approx(32.0 / 9.0)
+
+
+def test_arm_end_to_end_refuses_rows_it_cannot_time() -> None:
+    nan = float("nan")
+    with pytest.raises(StatsInputError, match=r"lack column\(s\) \['ttft_s'\]"):
+        throughput.arm_end_to_end(pd.DataFrame([timed(row("a", "c1", 5.0), 1.0, 2.0)])
+                                  .drop(columns="ttft_s"), "a")
+    untimed = pd.DataFrame([timed(row("a", "c1", nan, status="single-delta"), nan, nan)])
+    with pytest.raises(StatsInputError, match="no reply with a time to first token"):
+        throughput.arm_end_to_end(untimed, "a")
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input
 

@@ -5,6 +5,7 @@ config; the check stage passes complete runs and fails incomplete ones (issue 5)
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -91,6 +92,7 @@ def test_killed_run_resumes_without_losing_or_repeating(tmp_path):
     run = json.loads((out / "run.json").read_text())
     assert [r["stored_replies"] for r in run["resumes"]][-1] == len(before)
     assert all(r["status"] in ("finished", "cut", "single-delta") for r in after)
+    assert all(r["drafter_prefill_s"] == 0.0 for r in after)  # ar: no drafter to prefill
 
     report = tmp_path / "check.json"
     argv = ["--params", str(params), "--runs", str(tmp_path / "arms"), "--out", str(report)]
@@ -124,6 +126,7 @@ def test_llama_server_arm_runs_and_its_drafts_pass_the_check(tmp_path):
     rows = ResultStore(out).rows()
     assert rows and all(r["engine"] == "llama-server" for r in rows)
     assert all(r["server_drafted"] > 0 for r in rows if r["completion_tokens"] >= 32)
+    assert all(math.isnan(r["drafter_prefill_s"]) for r in rows)  # llama-server does not say
     run = json.loads((out / "run.json").read_text())
     assert run["fingerprint"]["binary"]["version"].startswith("version:")
     assert "--spec-type" in run["server"]["argv"]

@@ -48,6 +48,7 @@ def test_stream_equals_plain_equals_engine(replies, tiny_cfg):
         parts.close()
     assert direct == streamed.text
     assert len(gen.tokens) == streamed.completion_tokens
+    assert gen.drafter_prefill_s > 0  # the draft model prefilled the prompt before round 1
     assert len(prompt) == streamed.prompt_tokens
 
 
@@ -64,6 +65,8 @@ def test_client_timing_fields_are_consistent(replies):
     assert 1 <= tm["rounds"] <= r.completion_tokens
     assert 0 <= tm["draft_n_accepted"] <= tm["draft_n"] and tm["draft_n"] > 0
     assert tm["by_source"]["drafter"]["drafted"] == tm["draft_n"]
+    # the drafter's prompt prefill is reported per reply; it happens before the first token
+    assert 0 < tm["drafter_prefill_ms"] / 1e3 < r.ttft_s
     # the client's decode interval lies inside the server's decode time (plus transport)
     assert r.decode_s <= tm["predicted_ms"] / 1e3 + 0.25
     # the repeated request reuses the prompt's cache in whole prefill chunks (63 rows in exact

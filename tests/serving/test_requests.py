@@ -105,6 +105,19 @@ def test_rows_append_resume_and_refuse_other_fingerprints(tmp_path):
         store.fingerprint_check(other)
 
 
+def test_the_drafter_prefill_is_the_servers_in_seconds_or_null():
+    def prefill(timings):
+        r = _reply(8, 8)
+        r.timings = timings
+        return make_row(r, entry=ArmEntry.parse("chain3"), engine="ours", set_name="toolace",
+                        conv=CONV, turn=0, reply_index=0, max_tokens=8, protocol_cap=8192,
+                        fingerprint="f").drafter_prefill_s
+
+    assert prefill({"drafter_prefill_ms": 1250.0}) == pytest.approx(1.25)
+    assert prefill({"drafter_prefill_ms": 0.0}) == 0.0  # our arm without a drafter
+    assert math.isnan(prefill({"prompt_ms": 80.0, "draft_n": 12}))  # llama-server says nothing
+
+
 def test_tool_results_split_per_call_or_repeat():
     calls = [{"id": "a", "function": {"name": "f"}}, {"id": "b", "function": {"name": "g"}}]
     split = tool_result_messages(calls, '[{"a": 1}, {"b": 2}]')

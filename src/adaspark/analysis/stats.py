@@ -228,7 +228,7 @@ def _available_arms(df: pd.DataFrame) -> list[str]:
     return sorted({str(a) for a in df["arm"].unique()})
 
 
-def _select_arm(df: pd.DataFrame, selector: str) -> pd.DataFrame:
+def select_arm(df: pd.DataFrame, selector: str) -> pd.DataFrame:
     """Rows of one arm selector (module docstring), with ``repeat`` normalised to int."""
     if not isinstance(selector, str) or not selector:
         raise StatsInputError(f"an arm is named by a non-empty string, got {selector!r}")
@@ -256,7 +256,7 @@ def _select_arm(df: pd.DataFrame, selector: str) -> pd.DataFrame:
 
 def _validated_arm_rows(df: pd.DataFrame, selector: str) -> pd.DataFrame:
     """The arm's rows with checked types, statuses, speeds and one row per (run, reply)."""
-    rows = _select_arm(df, selector)
+    rows = select_arm(df, selector)
     what = f"arm {selector!r}"
     out = rows[["repeat", *KEY_COLUMNS, "status"]].copy()
     out["status"] = out["status"].astype(str)

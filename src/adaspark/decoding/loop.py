@@ -21,7 +21,9 @@ from adaspark.rules.base import RoundCounts, RoundOutcome, RoundState, WidthRule
 @dataclass
 class Generation:
     """One reply. ``tokens`` are the generated ids (an end-of-generation token included when the
-    model emitted one); ``decode_s`` is the time of the rounds (prefill excluded). ``counts``
+    model emitted one); ``decode_s`` is the time of the rounds (prefill excluded);
+    ``drafter_prefill_s`` is the drafter's ``begin(prompt)`` (its prompt prefill, before the
+    first round; 0 without a drafter). ``counts``
     sums the rounds' :class:`~adaspark.rules.base.RoundCounts` (rows and accepted rows by
     source), the one count of drafted rows."""
 
@@ -30,6 +32,7 @@ class Generation:
     counts: RoundCounts = field(default_factory=RoundCounts)
     prefill_s: float = 0.0
     reused: int = 0  # prompt tokens the prefill took from the cache (llama-server's cache_n)
+    drafter_prefill_s: float = 0.0
     decode_s: float = 0.0
     verify_s: float = 0.0
     stop: str = "length"  # "eog" or "length"
@@ -87,7 +90,9 @@ def generate(
     gen.reused = prefilled.reused
     rule.begin_request(prompt, request_id)
     if drafter is not None:
+        t_begin = time.perf_counter()
         drafter.begin(prompt)
+        gen.drafter_prefill_s = time.perf_counter() - t_begin
     t_start = time.perf_counter()
     t_since = t_start  # the end of the previous round's observe: where this round's time starts
     while len(gen.tokens) < max_tokens:

@@ -2,6 +2,15 @@
 reply statuses (HARNESS "Caps and loops", "Client clock"): ``looped`` (reached the protocol cap of
 8,192 tokens), ``single-delta`` (at most one token event), ``cut`` (reached the run's shorter cap,
 or the context), ``finished``; the first that applies, in that order.
+
+Time columns (seconds, the client's clock unless named ``server_``): ``ttft_s`` from sending the
+request to the first token event, ``decode_s`` from the first to the last (so the reply's end to
+end time, request to last token, is ``ttft_s + decode_s``); both NaN when the reply had no token
+event. ``drafter_prefill_s`` is the drafter's prompt prefill before the first round as the server
+reports it (our server's ``timings.drafter_prefill_ms``): 0.0 for our arms without a drafter;
+NaN (null) for llama-server's arms, whose ``timings`` do not report it apart (only ``prompt_ms``,
+the target's, and ``predicted_ms``), for a reply whose decode failed, and in replies files
+written before the column existed (readers take a missing column as all NaN).
 """
 
 from __future__ import annotations
@@ -77,6 +86,7 @@ class ReplyRow:
     server_width1_rounds: float
     server_cache_n: float
     server_decode_ms: float
+    drafter_prefill_s: float  # NaN when the server does not say (see the module docstring)
     timings: str              # the server's timings object, JSON
     after_resume: int         # 1: made by the server of a resumed run (replies were stored
                               # before it started; see the module docstring)
@@ -131,6 +141,7 @@ def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv:
         server_accepted=int(t.get("draft_n_accepted") or 0),
         server_width1_rounds=_nan(t.get("width1_rounds")), server_cache_n=_nan(t.get("cache_n")),
         server_decode_ms=_nan(t.get("predicted_ms")),
+        drafter_prefill_s=_nan(t.get("drafter_prefill_ms")) / 1e3,
         timings=json.dumps(t, ensure_ascii=False, default=str),
         after_resume=int(after_resume), fingerprint=fingerprint,
         wall_time=datetime.now(UTC).isoformat(timespec="seconds"),

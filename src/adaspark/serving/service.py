@@ -268,7 +268,8 @@ class ArmService:
     def _timings(self, gen: Generation | None, c: RoundCounts, stats: DrafterStats,
                  cache_n: int, n_prompt: int, stop: str) -> dict[str, Any]:
         """The last chunk's ``timings``; ``c`` is the rounds' counts (``gen.counts`` when the
-        decode finished)."""
+        decode finished). Beside llama-server's keys: ``drafter_prefill_ms``, the drafter's
+        prompt prefill before the first round (0 for an arm without a drafter)."""
         if gen is None:
             return {"stop": stop, "cache_n": cache_n, "rounds": c.rounds,
                     "by_source": c.as_dict()}
@@ -278,6 +279,7 @@ class ArmService:
             "cache_n": cache_n,
             "prompt_n": n_prompt - cache_n,
             "prompt_ms": gen.prefill_s * 1e3,
+            "drafter_prefill_ms": gen.drafter_prefill_s * 1e3,
             "predicted_n": n,
             "predicted_ms": gen.decode_s * 1e3,
             "predicted_per_second": n / gen.decode_s if gen.decode_s > 0 else None,

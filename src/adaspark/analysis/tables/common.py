@@ -53,6 +53,18 @@ def throughput_or_none(
         return None
 
 
+def end_to_end_or_none(replies: pd.DataFrame | None, arm: str) -> Any:
+    """:func:`adaspark.analysis.throughput.arm_end_to_end`, or None when the arm is absent or no
+    reply has a time to first token (a dash)."""
+    if not has_arm(replies, arm):
+        return None
+    assert replies is not None
+    try:
+        return throughput.arm_end_to_end(replies, arm)
+    except StatsInputError:
+        return None
+
+
 def ratio_of(c: stats.Comparison | None) -> float:
     return float("nan") if c is None else float(c.ratio)
 

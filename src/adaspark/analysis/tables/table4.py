@@ -33,6 +33,7 @@ from adaspark.analysis.records import (
 )
 from adaspark.analysis.tables.common import (
     compare_or_none,
+    end_to_end_or_none,
     finish,
     not_run_note,
     throughput_or_none,
@@ -48,6 +49,37 @@ COLUMNS = ("target", "llama.cpp DSpark (tok/s)", "imparo DSpark (tok/s)", "AdaSp
 def _tps(replies: pd.DataFrame | None, arm: str) -> float:
     t = throughput_or_none(replies, arm)
     return math.nan if t is None else float(t.tokens_per_s)
+
+
+def end_to_end_note(replies: pd.DataFrame, ar_replies: pd.DataFrame | None) -> list[str]:
+    """Table 4's note on what its headline leaves out (not a cell of the paper): per arm the
+    median time to first token and the end-to-end tok/s (reply tokens over the time from sending
+    the request to the last token, summed over replies;
+    :func:`adaspark.analysis.throughput.arm_end_to_end`) and, for the speculative arms whose
+    server records it, the drafter's median prompt prefill. Empty when no arm has a time to
+    first token."""
+    arms = [("llama.cpp DSpark", replies, LLAMACPP_CHAIN), ("imparo DSpark", replies, CHAIN3),
+            ("AdaSpark", replies, ADASPARK), ("llama.cpp AR", ar_replies, LLAMACPP_AR),
+            ("our AR", ar_replies, AR)]
+    parts, prefills = [], 0
+    for label, frame, arm in arms:
+        e = end_to_end_or_none(frame, arm)
+        if e is None:
+            continue
+        text = f"{label} {e.median_ttft_s:.2f} s, {e.tokens_per_s:.1f} tok/s"
+        if arm not in (AR, LLAMACPP_AR) and not math.isnan(e.median_drafter_prefill_s):
+            text += f" (drafter prefill {e.median_drafter_prefill_s:.2f} s)"
+            prefills += 1
+        parts.append(text)
+    if not parts:
+        return []
+    return ["End to end, beside the decode speed above (the headline; §4.1 leaves the time to "
+            "first token out by design): median time to first token and end-to-end tok/s "
+            "(reply tokens over the time from sending the request to the last token, summed "
+            "over replies), with the drafter's median prompt prefill where the server records "
+            "it: " + "; ".join(parts) + "."
+            + ("" if prefills else " No drafter prefill is recorded in these runs (llama-server "
+               "does not report it; replies written before the column lack it).")]
 
 
 def table4_end_to_end(replies: pd.DataFrame, ar_replies: pd.DataFrame | None, target: str,
@@ -93,7 +125,8 @@ def table4_end_to_end(replies: pd.DataFrame, ar_replies: pd.DataFrame | None, ta
     not_run = [a for a in (LLAMACPP_CHAIN, CHAIN3, ADASPARK) if not has_arm(replies, a)]
     not_run += [f"{a} (AR)" for a in (LLAMACPP_AR, AR) if not has_arm(ar_replies, a)]
     return finish(frame, label="Table 4", title="End to end", caption=caption, formats=formats,
-                  notes=not_run_note(not_run, "a preset whose run_arms include them"),
+                  notes=[*not_run_note(not_run, "a preset whose run_arms include them"),
+                         *end_to_end_note(replies, ar_replies)],
                   filled_by=FILLED_BY)
 
 
