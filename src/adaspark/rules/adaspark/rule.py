@@ -6,14 +6,16 @@ Per round (``wants_block`` / ``plan`` / ``observe`` of :class:`~adaspark.rules.b
 5. every candidate gets q: Eq. (6) (``acceptance``), or the head-based estimate while the guard
    prefers it;
 6. best-first order by Q with S(n) for every n in one pass (Prop. 1, ``adaspark.decoding.tree``);
-7-10. a learned width with fewer than 3 measurements is measured (cold start), else the width
-   maximising Eq. (7) over the offered widths (``chooser``, prices from ``cost_model``), kept at
-   the incumbent unless beaten by the margin; then the split test;
+7-10. a learned width with fewer than 3 measurements is measured (cold start; with
+   ``cold_start: bounded`` only a width whose optimistic rate could beat the best priced one),
+   else the width maximising Eq. (7) over the offered widths (``chooser``, prices from
+   ``cost_model``), kept at the incumbent unless beaten by the margin; then the split test;
 11-12. the first n*-1 nodes laid out depth-first; every 16th tree round with n-gram candidates
    the last row goes to the least-labelled n-gram bucket's frontier node;
-15-18. after the verify: the cost model (not in a request's first round), rho, the gains, the
-   acceptance model (guard first, then every candidate of every accepted parent), the request's
-   offset and intercept, and the n-gram index.
+15-18. after the verify: the cost model (not in a request's first round), rho (over the whole
+   round, ``RoundOutcome.round_s``), the gains, the acceptance model (guard first, then every
+   candidate of every accepted parent), the request's offset and intercept, and the n-gram
+   index.
 
 Arms differ only in switches (``conf/arm/*.yaml``, the ``rule:`` mapping): ``width`` is
 ``learned`` (the learned table), ``classes`` (declared classes every 8 rows, Table 9) or a pinned
