@@ -89,7 +89,7 @@ def run(rounds: int, seed: int) -> dict:
             plan = rule.plan(state, block)
             t3 = time.perf_counter()
             path, new = sim.verify(w, L, plan.tree)
-            outcome = RoundOutcome(path, new, env.cost(plan.tree.n_rows, L), env.fixed)
+            outcome = RoundOutcome.of(plan, path, new, env.cost(plan.tree.n_rows, L), env.fixed)
             t4 = time.perf_counter()
             rule.observe(plan, outcome)
             t5 = time.perf_counter()
