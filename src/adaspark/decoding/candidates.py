@@ -16,6 +16,8 @@ AdaSpark scheduler (``adaspark.rules.adaspark.features``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from adaspark.decoding.drafter.base import Block
@@ -89,12 +91,14 @@ class CandidateSet:
                 return range(i * K, (i + 1) * K)
         return range(0)
 
-    def children_of(self, parents: set[int]) -> dict[int, list[int]]:
-        """Every candidate (placed or not) of each parent in ``parents``."""
+    def children_of(self, parents: Iterable[int]) -> dict[int, list[int]]:
+        """Every candidate (placed or not) of each parent in ``parents``, in index order."""
         out: dict[int, list[int]] = {p: [] for p in parents}
+        get = out.get
         for j, p in enumerate(self.parent):
-            if p in out:
-                out[p].append(j)
+            kids = get(p)
+            if kids is not None:
+                kids.append(j)
         return out
 
     def add_ngram(self, token: int, parent: int, position: int, evidence: int, run: int,

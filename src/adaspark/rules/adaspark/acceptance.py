@@ -29,6 +29,7 @@ and lets the fitted model price the tree only while its decayed log loss is the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -75,10 +76,18 @@ def shift(q: np.ndarray | float, b: float) -> Any:
     return w / (w + 1.0 - np.asarray(q))
 
 
-def node_loss(q: float, accepted: bool) -> float:
-    """Binary log loss of one labelled node."""
-    q = min(max(q, 1e-12), 1.0 - 1e-12)
-    return -math.log(q) if accepted else -math.log(1.0 - q)
+def group_loss(q: Sequence[float], group: Sequence[int], label: int | None) -> float:
+    """Binary log loss of a labelled parent's candidates ``group`` (``label``: the one that
+    carried the target's pick, ``None`` for none), summed in the group's order; each ``q[j]``
+    is clipped to ``[1e-12, 1 - 1e-12]``."""
+    log = math.log
+    lo, hi = 1e-12, 1.0 - 1e-12
+    total = 0.0
+    for j in group:
+        x = q[j]
+        x = lo if x < lo else hi if x > hi else x
+        total += -log(x) if j == label else -log(1.0 - x)
+    return total
 
 
 def prior_coefficients(cfg: AcceptanceConfig) -> np.ndarray:
@@ -157,6 +166,7 @@ class AcceptanceModel:
         self.b = 0.0
         self.b_g2 = 0.0
         self._keep = 0.5 ** (1.0 / cfg.guard_half_life)
+        self._gate_updates = cfg.gate_counts == "updates"
 
     # -- pricing ----------------------------------------------------------------------------
 
@@ -193,62 +203,92 @@ class AcceptanceModel:
     # -- learning ---------------------------------------------------------------------------
 
     def _ftrl(self, i: int, g: float) -> None:
+        """One FTRL-Proximal step of coefficient ``i`` on its deviation from the prior, gated."""
         c = self.cfg
         rate = c.ngram_bucket_ftrl_rate if i >= NEW else c.drafter_ftrl_rate
         prior = self.prior[i]
         d = self.w[i] - prior
         n_old = self.n[i]
         n_new = min(n_old + g * g, c.squared_gradient_cap)
-        sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / rate
+        sq_new = math.sqrt(n_new)
+        sigma = (sq_new - math.sqrt(n_old)) / rate
         z = self.z[i] + g - sigma * d
         self.z[i] = z
         self.n[i] = n_new
         m = self.m[i] + 1.0
         self.m[i] = m
-        gate = c.prior_gate * math.sqrt(m if c.gate_counts == "updates" else n_new)
+        gate = c.prior_gate * (math.sqrt(m) if self._gate_updates else sq_new)
         if abs(z) <= gate:
             self.w[i] = prior
         else:
             self.w[i] = prior - (z - math.copysign(gate, z)) / (
-                (c.drafter_ftrl_stabiliser + math.sqrt(n_new)) / rate + c.drafter_l2)
+                (c.drafter_ftrl_stabiliser + sq_new) / rate + c.drafter_l2)
 
     def learn_group(self, tree: CandidateSet, group: list[int], label: int | None,
                     p: list[float], coef_of: dict[int, int], u: float,
                     lh: list[float], ls: list[float], logr: list[list[float]]) -> None:
         """One labelled parent: its candidates ``group``, the model's probabilities ``p`` for
-        them (computed before the round's labels), and which one carried the target's pick."""
-        g: dict[int, float] = {}
-        gb = 0.0
+        them (computed before the round's labels), and which one carried the target's pick.
+        Each coefficient a candidate reads gets the sum of ``(p - y) x`` over the group (in the
+        group's order), then one FTRL step; the intercept one AdaGrad step."""
         K, D = tree.K, tree.n_drafted
+        # the gradient of each fixed coefficient, and how many candidates read it
+        g_pick = [0.0, 0.0, 0.0]
+        g_sib = [0.0, 0.0, 0.0, 0.0]
+        g_dep = g_ctx = gb = 0.0
+        n_pick = n_sib = n_dep = n_ctx = 0
+        g_bucket: dict[int, float] = {}
         for j, pj in zip(group, p, strict=True):
             d = pj - (1.0 if j == label else 0.0)
             gb += d
             if j < D:
                 i, k = divmod(j, K)
                 if k == 0:
-                    terms = ((A_PICK, 1.0), (A_PICK + 1, lh[i]), (A_PICK + 2, ls[i]))
+                    g_pick[0] += d
+                    g_pick[1] += d * lh[i]
+                    g_pick[2] += d * ls[i]
+                    n_pick += 1
                 else:
-                    terms = ((A_SIB, 1.0), (A_SIB + 1, logr[i][k]), (A_SIB + 2, lh[i]),
-                             (A_SIB + 3, ls[i]))
-                for ci, x in terms:
-                    g[ci] = g.get(ci, 0.0) + d * x
-                    self.labels[ci] += 1
+                    g_sib[0] += d
+                    g_sib[1] += d * logr[i][k]
+                    g_sib[2] += d * lh[i]
+                    g_sib[3] += d * ls[i]
+                    n_sib += 1
                 if i:
-                    g[DEPTH] = g.get(DEPTH, 0.0) + d * i
-                    self.labels[DEPTH] += 1
+                    g_dep += d * i
+                    n_dep += 1
             if u:
-                g[CONTEXT] = g.get(CONTEXT, 0.0) + d * u
-                self.labels[CONTEXT] += 1
+                g_ctx += d * u
+                n_ctx += 1
             cb = coef_of.get(j)
             if cb is not None:
-                g[cb] = g.get(cb, 0.0) + d
+                g_bucket[cb] = g_bucket.get(cb, 0.0) + d
                 self.labels[cb] += 1
-        for ci, gi in g.items():
-            if math.isfinite(gi):
-                self._ftrl(ci, gi)
+        labels, ftrl, finite = self.labels, self._ftrl, math.isfinite
+        if n_pick:
+            for ci in range(3):
+                labels[A_PICK + ci] += n_pick
+                if finite(g_pick[ci]):
+                    ftrl(A_PICK + ci, g_pick[ci])
+        if n_sib:
+            for ci in range(4):
+                labels[A_SIB + ci] += n_sib
+                if finite(g_sib[ci]):
+                    ftrl(A_SIB + ci, g_sib[ci])
+        if n_dep:
+            labels[DEPTH] += n_dep
+            if finite(g_dep):
+                ftrl(DEPTH, g_dep)
+        if n_ctx:
+            labels[CONTEXT] += n_ctx
+            if finite(g_ctx):
+                ftrl(CONTEXT, g_ctx)
+        for cb, gi in g_bucket.items():
+            if finite(gi):
+                ftrl(cb, gi)
         self._w_arr = None
         c = self.cfg
-        if math.isfinite(gb):
+        if finite(gb):
             self.b_g2 = min(self.b_g2 + gb * gb, c.intercept_squared_gradient_cap)
             b = self.b - c.intercept_adagrad_rate * gb / (c.adagrad_stabiliser
                                                           + math.sqrt(self.b_g2))
@@ -305,19 +345,25 @@ class HeadEstimate:
     def apply(self, q: np.ndarray) -> np.ndarray:
         return shift(q, self.b)
 
-    def observe(self, q_raw: float, accepted: bool) -> None:
-        if not 0.0 <= q_raw <= 1.0:
-            return
+    def observe(self, q_raw: Sequence[float], accepted: Sequence[bool]) -> None:
+        """AdaGrad steps on labelled nodes, in order: raw estimates ``q_raw`` (outside [0, 1]:
+        skipped) and whether each was the target's pick."""
         c = self.cfg
-        if self.b == 0.0:
-            qs = q_raw
-        else:
-            wq = q_raw * math.exp(self.b)
-            qs = wq / (wq + 1.0 - q_raw)
-        g = qs - (1.0 if accepted else 0.0)
-        self.g2 += g * g
-        b = self.b - c.head_offset_adagrad_rate * g / (c.adagrad_stabiliser + math.sqrt(self.g2))
-        self.b = min(max(b, -c.head_offset_band), c.head_offset_band)
+        b, g2 = self.b, self.g2
+        rate, beta, band = c.head_offset_adagrad_rate, c.adagrad_stabiliser, c.head_offset_band
+        exp, sqrt = math.exp, math.sqrt
+        for q, y in zip(q_raw, accepted, strict=True):
+            if not 0.0 <= q <= 1.0:
+                continue
+            if b == 0.0:
+                qs = q
+            else:
+                wq = q * exp(b)
+                qs = wq / (wq + 1.0 - q)
+            g = qs - (1.0 if y else 0.0)
+            g2 += g * g
+            b = min(max(b - rate * g / (beta + sqrt(g2)), -band), band)
+        self.b, self.g2 = b, g2
 
 
 def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bonus: int,
@@ -332,34 +378,32 @@ def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bo
     ``offset_all``). Returns the labelled candidates and the summed log losses of the fitted
     model (0 without one) and of the head-based estimate."""
     parents = [-1, *accepted]
-    picks = [cands.tokens[j] for j in accepted] + [int(bonus)]
-    groups = cands.children_of(set(parents))
-    coef_of = terms.coef_of() if terms is not None else {}
+    tokens = cands.tokens
+    picks = [tokens[j] for j in accepted] + [int(bonus)]
+    groups = cands.children_of(parents)
+    fitted = model is not None and q_model is not None
+    coef_of = terms.coef_of() if terms is not None and fitted else {}
     u = terms.u if terms is not None else 0.0
-    lh = features.lh.tolist()
-    ls = features.ls.tolist()
-    logr = features.logr.tolist()
+    lh = features.lh.tolist() if fitted else []
+    ls = features.ls.tolist() if fitted else []
+    logr = features.logr.tolist() if fitted else []
     n_lab, loss_m, loss_h = 0, 0.0, 0.0
     for parent, pick in zip(parents, picks, strict=True):
-        group = groups.get(parent) or []
+        group = groups[parent]
         if not group:
             continue
-        label = next((j for j in group if cands.tokens[j] == pick), None)
-        lm = lh_ = 0.0
-        for j in group:
-            y = j == label
-            lh_ += node_loss(q_head[j], y)
-            if q_model is not None:
-                lm += node_loss(q_model[j], y)
+        label = next((j for j in group if tokens[j] == pick), None)
+        lh_ = group_loss(q_head, group, label)
+        lm = group_loss(q_model, group, label) if q_model is not None else 0.0
         n_lab += len(group)
         loss_h += lh_
         loss_m += lm
-        if model is not None and q_model is not None:
+        if fitted:
+            assert model is not None and q_model is not None
             model.score_guard(lm, lh_)
             model.learn_group(cands, group, label, [q_model[j] for j in group], coef_of,
                               u, lh, ls, logr)
         if head is not None:
-            for j in group:
-                if offset_all or j in placed:
-                    head.observe(head_raw[j], j == label)
+            chosen = group if offset_all else [j for j in group if j in placed]
+            head.observe([head_raw[j] for j in chosen], [j == label for j in chosen])
     return n_lab, loss_m, loss_h
