@@ -180,20 +180,19 @@ class AcceptanceModel:
         return self._w_arr
 
     def scores(self, tree: CandidateSet, terms: RoundTerms) -> np.ndarray:
-        w = self.weights()
+        w = self.w   # Python floats: the same products as the array's, without its indexing
         B, D = tree.B, tree.n_drafted
         f = terms.features
         s = np.zeros(len(tree))
         if D:
-            pos = np.arange(B, dtype=np.float64)
-            common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + w[DEPTH] * pos
+            depth = w[DEPTH] * np.arange(B, dtype=np.float64)
+            common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + depth
             blk = w[A_SIB] + w[A_SIB + 1] * f.logr + common[:, None]
-            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls \
-                + w[DEPTH] * pos
+            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls + depth
             s[:D] = blk.ravel()
         s += w[CONTEXT] * terms.u + self.b
         if len(terms.idx):
-            s[terms.idx] += w[terms.coef] + terms.base
+            s[terms.idx] += self.weights()[terms.coef] + terms.base
         return s
 
     def probabilities(self, tree: CandidateSet, terms: RoundTerms,

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from adaspark.decoding.candidates import NGRAM, CandidateSet
-from adaspark.decoding.tree import best_first_order
+from adaspark.decoding.candidates import CandidateSet
+from adaspark.decoding.tree import checked_q, order_by_products
 from adaspark.rules.adaspark.config import WidthChoiceConfig
 from adaspark.rules.adaspark.cost_law import context_band
 
@@ -177,6 +177,22 @@ class Valuer:
             gd, gn = self.g.d, self.g.n
         return 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
 
+    def values(self, widths: list[int], prices: list[float]) -> np.ndarray:
+        """:meth:`value` of every offered width at once (the same arithmetic, elementwise)."""
+        k = np.minimum(np.maximum(np.asarray(widths) - 1, 0), self.order_len)
+        d_all = self.s[k] - self.base_s
+        d_ng = self.ng[k] - self.base_ng
+        below = k < self.base_keep
+        g = self.g
+        gd = np.where(below, g.d_below, g.d)
+        gn = np.where(below, g.n_below, g.n)
+        t = 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
+        time = self.d_fixed + np.asarray(prices, dtype=np.float64)
+        if self.rho is None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(time > 0, t / time, math.inf)
+        return t - self.rho * time
+
     def value(self, width: int, price: float) -> float:
         t = self.tokens(width)
         time = self.d_fixed + price
@@ -207,12 +223,14 @@ def choose(valuer: Valuer, offered: list[tuple[int, float]], incumbent: int,
     kept at the incumbent unless beaten by the margin."""
     best_w, best_v = 0, -math.inf
     inc_v: float | None = None
-    for w, price in offered:
-        v = valuer.value(w, price)
-        if w == incumbent:
-            inc_v = v
-        if v > best_v:
-            best_w, best_v = w, v
+    if offered:
+        widths = [w for w, _ in offered]
+        vs = valuer.values(widths, [p for _, p in offered])
+        i = int(np.argmax(vs))   # the first of equals: the narrower
+        if vs[i] > best_v:
+            best_w, best_v = widths[i], float(vs[i])
+        if incumbent in widths:
+            inc_v = float(vs[widths.index(incumbent)])
     if inc_v is None or best_w == incumbent:
         return Choice(best_w, best_v, best_w, False)
     if valuer.clears(best_v, inc_v, valuer.tokens(incumbent), cfg):
@@ -352,18 +370,16 @@ def width1_switch(w1_incumbent: bool, t1: float, forecast: tuple[float, float],
 def counts_as_ngram(cands: CandidateSet, agreed_counts: bool) -> np.ndarray:
     """The candidates Eq. (7) prices with the n-gram gain: n-gram-only, and agreed ones when
     ``agreed_counts`` (``agreed_counts_as: ngram``)."""
-    is_ng = np.asarray(cands.kind) == NGRAM
-    if agreed_counts:
-        is_ng |= np.asarray(cands.agreed, dtype=bool)
-    return is_ng
+    return cands.ngram_mask(agreed_counts)
 
 
 def ngram_order(cands: CandidateSet, q: np.ndarray,
                 is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
     ``is_ng`` marks) under ``q``."""
-    order, S = best_first_order(cands.parent, q)
-    s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * is_ng[order])))
+    order, S = order_by_products(cands.path_products(checked_q(q)))
+    s_ng = np.zeros(len(S))
+    np.cumsum(np.diff(S) * is_ng[order], out=s_ng[1:])
     return order, S, s_ng
 
 
@@ -375,7 +391,7 @@ def width_without_ngram(cands: CandidateSet, q: np.ndarray, agreed_counts: bool,
     zero (``q = 0``: they, and everything below them, expect nothing), from the same prices,
     gains, rho and incumbent (``valuer_args``: n0, gains, D, rho of :class:`Valuer`). ``None``
     when the round has no n-gram-only candidate."""
-    ng_only = np.asarray(cands.kind) == NGRAM
+    ng_only = cands.ngram_mask(agreed_counts=False)
     if not ng_only.any():
         return None
     _, S0, s_ng0 = ngram_order(cands, np.where(ng_only, 0.0, q),

@@ -78,10 +78,7 @@ class NgramIndex:
         best: tuple[int, int] | None = None
         n_ctx = len(ctx)
         for p in reversed(seen):
-            limit = min(self.cfg.copy_max_match, n_ctx, p)
-            length = 0
-            while length < limit and ctx[n_ctx - 1 - length] == tail[p - 1 - length]:
-                length += 1
+            length = common_suffix(ctx, n_ctx, tail, p, min(self.cfg.copy_max_match, n_ctx, p))
             if length >= k and (best is None or length > best[0]):
                 best = (length, p)
         return best
@@ -156,6 +153,24 @@ class NgramIndex:
         """``p_src`` per evidence class: ``(right + a) / (proposed + b)`` (``precision_prior``)."""
         a, b = self.cfg.precision_prior
         return [(right + a) / (n + b) for n, right in self.scored]
+
+
+def common_suffix(a: list[int], end_a: int, b: list[int], end_b: int, limit: int) -> int:
+    """The length (at most ``limit``) of the longest common suffix of ``a[:end_a]`` and
+    ``b[:end_b]``: a binary search on slice equality (matching suffixes nest), so each probe
+    compares in C instead of token by token."""
+    if limit <= 0 or a[end_a - 1] != b[end_b - 1]:
+        return 0
+    if a[end_a - limit:end_a] == b[end_b - limit:end_b]:
+        return limit
+    lo, hi = 1, limit - 1   # the suffix of length lo matches; length hi + 1 does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[end_a - mid:end_a] == b[end_b - mid:end_b]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def run_class(run: int, edges: tuple[int, int]) -> int:
