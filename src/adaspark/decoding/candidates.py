@@ -75,16 +75,13 @@ class CandidateSet:
         return self.kind[j] == NGRAM or (agreed_counts and self.agreed[j])
 
     def ngram_mask(self, agreed_counts: bool) -> np.ndarray:
-        """:meth:`is_ngram_source` of every candidate at once. The drafter's ``n_drafted``
-        candidates come first (:meth:`add_ngram` appends), and only a ``marked`` candidate is
-        agreed."""
+        """:meth:`is_ngram_source` of every candidate at once (the drafter's ``n_drafted``
+        candidates come first: :meth:`add_ngram` appends)."""
         D = self.n_drafted
         mask = np.zeros(len(self.tokens), dtype=bool)
         mask[D:] = [k == NGRAM for k in self.kind[D:]]
-        if agreed_counts:
-            agreed = [j for j in self.marked if self.agreed[j]]
-            if agreed:
-                mask[agreed] = True
+        if agreed_counts and True in self.agreed:
+            mask |= np.asarray(self.agreed, dtype=bool)
         return mask
 
     def path_products(self, q: np.ndarray) -> np.ndarray:
