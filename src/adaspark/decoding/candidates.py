@@ -191,5 +191,5 @@ def from_block(block: Block, n_positions: int | None = None, siblings: bool = Tr
     cs.run = [0] * n
     cs.contra = [-1] * n
     cs.src_p = [0.0] * n
-    cs.by_edge = dict(zip(zip(parent, cs.tokens), range(n)))
+    cs.by_edge = dict(zip(zip(parent, cs.tokens, strict=True), range(n), strict=True))
     return cs

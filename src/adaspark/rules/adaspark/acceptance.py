@@ -142,7 +142,7 @@ class RoundTerms:
 
 def softmax_by_parent(scores: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Eq. (6)'s normalisation: each parent's candidates and *none* in one softmax."""
-    e = np.exp(np.clip(scores, -60.0, 60.0))
+    e = np.exp(np.minimum(np.maximum(scores, -60.0), 60.0))  # np.clip's values, faster
     grp = parent + 1
     denom = 1.0 + np.bincount(grp, weights=e, minlength=len(scores) + 1)
     return e / denom[grp]

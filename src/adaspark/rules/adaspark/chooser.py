@@ -153,12 +153,12 @@ class Valuer:
 
     def __init__(self, s: np.ndarray, s_ng: np.ndarray, n0: int, gains: Gains, d_fixed: float,
                  rho: float | None) -> None:
-        self.s = s
-        self.ng = s_ng
+        self.s: list[float] = s.tolist()      # floats: read once per offered width
+        self.ng: list[float] = s_ng.tolist()
         self.order_len = len(s) - 1
         self.base_keep = min(max(n0 - 1, 0), self.order_len)
-        self.base_s = float(s[self.base_keep])
-        self.base_ng = float(s_ng[self.base_keep])
+        self.base_s = self.s[self.base_keep]
+        self.base_ng = self.ng[self.base_keep]
         self.g = gains
         self.d_fixed = d_fixed
         self.rho = rho
@@ -169,29 +169,13 @@ class Valuer:
     def tokens(self, width: int) -> float:
         """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``."""
         k = self.keep(width)
-        d_all = float(self.s[k]) - self.base_s
-        d_ng = float(self.ng[k]) - self.base_ng
+        d_all = self.s[k] - self.base_s
+        d_ng = self.ng[k] - self.base_ng
         if k < self.base_keep:
             gd, gn = self.g.d_below, self.g.n_below
         else:
             gd, gn = self.g.d, self.g.n
         return 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
-
-    def values(self, widths: list[int], prices: list[float]) -> np.ndarray:
-        """:meth:`value` of every offered width at once (the same arithmetic, elementwise)."""
-        k = np.minimum(np.maximum(np.asarray(widths) - 1, 0), self.order_len)
-        d_all = self.s[k] - self.base_s
-        d_ng = self.ng[k] - self.base_ng
-        below = k < self.base_keep
-        g = self.g
-        gd = np.where(below, g.d_below, g.d)
-        gn = np.where(below, g.n_below, g.n)
-        t = 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
-        time = self.d_fixed + np.asarray(prices, dtype=np.float64)
-        if self.rho is None:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(time > 0, t / time, math.inf)
-        return t - self.rho * time
 
     def value(self, width: int, price: float) -> float:
         t = self.tokens(width)
@@ -223,14 +207,12 @@ def choose(valuer: Valuer, offered: list[tuple[int, float]], incumbent: int,
     kept at the incumbent unless beaten by the margin."""
     best_w, best_v = 0, -math.inf
     inc_v: float | None = None
-    if offered:
-        widths = [w for w, _ in offered]
-        vs = valuer.values(widths, [p for _, p in offered])
-        i = int(np.argmax(vs))   # the first of equals: the narrower
-        if vs[i] > best_v:
-            best_w, best_v = widths[i], float(vs[i])
-        if incumbent in widths:
-            inc_v = float(vs[widths.index(incumbent)])
+    for w, price in offered:
+        v = valuer.value(w, price)
+        if w == incumbent:
+            inc_v = v
+        if v > best_v:
+            best_w, best_v = w, v
     if inc_v is None or best_w == incumbent:
         return Choice(best_w, best_v, best_w, False)
     if valuer.clears(best_v, inc_v, valuer.tokens(incumbent), cfg):
