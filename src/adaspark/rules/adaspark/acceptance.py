@@ -167,6 +167,10 @@ class AcceptanceModel:
         self.b_g2 = 0.0
         self._keep = 0.5 ** (1.0 / cfg.guard_half_life)
         self._gate_updates = cfg.gate_counts == "updates"
+        #: FTRL's constants: (rate, cap, gate, stabiliser, L2), drafter terms then buckets.
+        self._ftrl_constants = tuple(
+            (rate, cfg.squared_gradient_cap, cfg.prior_gate, cfg.drafter_ftrl_stabiliser,
+             cfg.drafter_l2) for rate in (cfg.drafter_ftrl_rate, cfg.ngram_bucket_ftrl_rate))
 
     # -- pricing ----------------------------------------------------------------------------
 
@@ -203,25 +207,24 @@ class AcceptanceModel:
 
     def _ftrl(self, i: int, g: float) -> None:
         """One FTRL-Proximal step of coefficient ``i`` on its deviation from the prior, gated."""
-        c = self.cfg
-        rate = c.ngram_bucket_ftrl_rate if i >= NEW else c.drafter_ftrl_rate
+        rate, cap, gate_k, beta, l2 = self._ftrl_constants[i >= NEW]
         prior = self.prior[i]
         d = self.w[i] - prior
         n_old = self.n[i]
-        n_new = min(n_old + g * g, c.squared_gradient_cap)
+        n_new = n_old + g * g
+        if n_new > cap:
+            n_new = cap
         sq_new = math.sqrt(n_new)
-        sigma = (sq_new - math.sqrt(n_old)) / rate
-        z = self.z[i] + g - sigma * d
+        z = self.z[i] + g - (sq_new - math.sqrt(n_old)) / rate * d
         self.z[i] = z
         self.n[i] = n_new
         m = self.m[i] + 1.0
         self.m[i] = m
-        gate = c.prior_gate * (math.sqrt(m) if self._gate_updates else sq_new)
+        gate = gate_k * (math.sqrt(m) if self._gate_updates else sq_new)
         if abs(z) <= gate:
             self.w[i] = prior
         else:
-            self.w[i] = prior - (z - math.copysign(gate, z)) / (
-                (c.drafter_ftrl_stabiliser + sq_new) / rate + c.drafter_l2)
+            self.w[i] = prior - (z - math.copysign(gate, z)) / ((beta + sq_new) / rate + l2)
 
     def learn_group(self, tree: CandidateSet, group: list[int], label: int | None,
                     p: list[float], coef_of: dict[int, int], u: float,
