@@ -235,26 +235,26 @@ class AcceptanceModel:
         group's order), then one FTRL step; the intercept one AdaGrad step."""
         K, D = tree.K, tree.n_drafted
         # the gradient of each fixed coefficient, and how many candidates read it
-        g_pick = [0.0, 0.0, 0.0]
-        g_sib = [0.0, 0.0, 0.0, 0.0]
-        g_dep = g_ctx = gb = 0.0
+        gp0 = gp1 = gp2 = gs0 = gs1 = gs2 = gs3 = g_dep = g_ctx = gb = 0.0
         n_pick = n_sib = n_dep = n_ctx = 0
         g_bucket: dict[int, float] = {}
+        labels = self.labels
         for j, pj in zip(group, p, strict=True):
             d = pj - (1.0 if j == label else 0.0)
             gb += d
             if j < D:
-                i, k = divmod(j, K)
+                i = j // K
+                k = j - i * K
                 if k == 0:
-                    g_pick[0] += d
-                    g_pick[1] += d * lh[i]
-                    g_pick[2] += d * ls[i]
+                    gp0 += d
+                    gp1 += d * lh[i]
+                    gp2 += d * ls[i]
                     n_pick += 1
                 else:
-                    g_sib[0] += d
-                    g_sib[1] += d * logr[i][k]
-                    g_sib[2] += d * lh[i]
-                    g_sib[3] += d * ls[i]
+                    gs0 += d
+                    gs1 += d * logr[i][k]
+                    gs2 += d * lh[i]
+                    gs3 += d * ls[i]
                     n_sib += 1
                 if i:
                     g_dep += d * i
@@ -265,26 +265,22 @@ class AcceptanceModel:
             cb = coef_of.get(j)
             if cb is not None:
                 g_bucket[cb] = g_bucket.get(cb, 0.0) + d
-                self.labels[cb] += 1
-        labels, ftrl, finite = self.labels, self._ftrl, math.isfinite
+                labels[cb] += 1
+        ftrl, finite = self._ftrl, math.isfinite
+        steps: list[tuple[int, float, int]] = []   # (coefficient, gradient, candidates read)
         if n_pick:
-            for ci in range(3):
-                labels[A_PICK + ci] += n_pick
-                if finite(g_pick[ci]):
-                    ftrl(A_PICK + ci, g_pick[ci])
+            steps += ((A_PICK, gp0, n_pick), (A_PICK + 1, gp1, n_pick), (A_PICK + 2, gp2, n_pick))
         if n_sib:
-            for ci in range(4):
-                labels[A_SIB + ci] += n_sib
-                if finite(g_sib[ci]):
-                    ftrl(A_SIB + ci, g_sib[ci])
+            steps += ((A_SIB, gs0, n_sib), (A_SIB + 1, gs1, n_sib), (A_SIB + 2, gs2, n_sib),
+                      (A_SIB + 3, gs3, n_sib))
         if n_dep:
-            labels[DEPTH] += n_dep
-            if finite(g_dep):
-                ftrl(DEPTH, g_dep)
+            steps.append((DEPTH, g_dep, n_dep))
         if n_ctx:
-            labels[CONTEXT] += n_ctx
-            if finite(g_ctx):
-                ftrl(CONTEXT, g_ctx)
+            steps.append((CONTEXT, g_ctx, n_ctx))
+        for ci, gi, count in steps:
+            labels[ci] += count
+            if finite(gi):
+                ftrl(ci, gi)
         for cb, gi in g_bucket.items():
             if finite(gi):
                 ftrl(cb, gi)

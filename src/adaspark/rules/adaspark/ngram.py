@@ -130,14 +130,7 @@ class NgramIndex:
                 if seen is None:
                     self.followers[key] = [[tok, 1]]
                 else:
-                    for slot in seen:
-                        if slot[0] == tok:
-                            slot[1] += 1
-                            break
-                    else:
-                        if len(seen) < kept:
-                            seen.append([tok, 1])
-                    seen.sort(key=lambda s: (-s[1], s[0]))
+                    bump_follower(seen, tok, kept)
             if at >= k:
                 key = tuple(tail[at - k:])
                 pos = self.occurrences.get(key)
@@ -173,6 +166,28 @@ def common_suffix(a: list[int], end_a: int, b: list[int], end_b: int, limit: int
     return lo
 
 
+def bump_follower(seen: list[list[int]], tok: int, kept: int) -> None:
+    """Count one more ``tok`` among a context's followers ``[[token, count], ...]`` (a new
+    one is kept while fewer than ``kept`` are), keeping them sorted by count, most first, then
+    by token: the counted slot moves up past those it now outranks (the list was sorted)."""
+    for i in range(len(seen)):  # i: the slot found, read after the loop
+        slot = seen[i]
+        if slot[0] == tok:
+            slot[1] += 1
+            break
+    else:
+        if len(seen) >= kept:
+            return
+        slot = [tok, 1]
+        seen.append(slot)
+        i = len(seen) - 1
+    key = (-slot[1], slot[0])
+    while i > 0 and (-seen[i - 1][1], seen[i - 1][0]) > key:
+        seen[i] = seen[i - 1]
+        i -= 1
+    seen[i] = slot
+
+
 def run_class(run: int, edges: tuple[int, int]) -> int:
     """The number of n-gram nodes above a node on its path, bucketed: 0 | 1-2 | 3+."""
     if run < edges[0]:
@@ -197,8 +212,7 @@ def add_chains(index: NgramIndex, tree: CandidateSet, depth_limit: int, max_adde
     for branch in branches:
         if added >= max_added:
             break
-        path = [] if branch == -1 else [tree.tokens[tree.pick(i)]
-                                         for i in range(branch // tree.K + 1)]
+        path = [] if branch == -1 else tree.tokens[0:branch + 1:tree.K]  # the picks to it
         depth = len(path)
         if depth >= depth_limit:
             continue
