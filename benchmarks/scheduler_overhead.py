@@ -4,8 +4,10 @@ The scheduler runs with 24 learned widths (every law fitted) on blocks of 8 posi
 candidates (64 drafter candidates, up to 63 placed in a 64-row verify) plus n-gram nodes from a
 text that repeats itself, supplied by the simulator; only the scheduler's own calls
 (``wants_block``, ``plan``, ``observe``) are timed, and the end-of-request refit separately.
-Goal (issue 3): median under 1 ms per round, under 3% of a one-row verify of the embedded target
-on this CPU (about 39 ms).
+Goal (issue 12): median at most 150 us per round, so the scheduler stays a small part of a GPU
+round of a 1.5B target (5-10 ms); issue 3's was 1 ms, under 3% of a one-row verify of the
+embedded target on this CPU (about 39 ms). The scheduler's decisions are pinned by
+``tests/rules/test_scheduler_replay.py``.
 
     .venv/bin/python benchmarks/scheduler_overhead.py \
         [--out runs/benchmarks/scheduler_overhead.json] [--rounds 3000]
@@ -89,7 +91,7 @@ def run(rounds: int, seed: int) -> dict:
             plan = rule.plan(state, block)
             t3 = time.perf_counter()
             path, new = sim.verify(w, L, plan.tree)
-            outcome = RoundOutcome(path, new, env.cost(plan.tree.n_rows, L), env.fixed)
+            outcome = RoundOutcome.of(plan, path, new, env.cost(plan.tree.n_rows, L), env.fixed)
             t4 = time.perf_counter()
             rule.observe(plan, outcome)
             t5 = time.perf_counter()
@@ -122,7 +124,7 @@ def run(rounds: int, seed: int) -> dict:
                                      for k, v in sorted(rule.profile.items())},
         "end_of_request_refit_ms": {"median": statistics.median(refit_ms),
                                     "max": max(refit_ms)},
-        "goal_median_us": 1000.0,
+        "goal_median_us": 150.0,
         "share_of_one_row_verify_39ms": float(np.median(us)) / 39000.0,
         "python": sys.version.split()[0],
         "numpy": np.__version__,

@@ -235,7 +235,7 @@ def test_a_calibrated_head_is_not_displaced_by_noise() -> None:
 def test_shift_keeps_the_endpoints_and_node_loss_is_finite() -> None:
     assert acc.shift(np.array([0.0, 1.0]), 1.5).tolist() == [0.0, 1.0]
     assert float(acc.shift(0.5, math.log(3.0))) == pytest.approx(0.75)
-    assert acc.node_loss(1.0, False) < 30.0
+    assert acc.group_loss([1.0], [0], None) < 30.0
 
 
 def test_every_16th_tree_round_the_last_row_explores_the_least_labelled_ngram_bucket() -> None:

@@ -16,6 +16,8 @@ AdaSpark scheduler (``adaspark.rules.adaspark.features``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from adaspark.decoding.drafter.base import Block
@@ -72,6 +74,35 @@ class CandidateSet:
         agreed drafter node."""
         return self.kind[j] == NGRAM or (agreed_counts and self.agreed[j])
 
+    def ngram_mask(self, agreed_counts: bool) -> np.ndarray:
+        """:meth:`is_ngram_source` of every candidate at once (the drafter's ``n_drafted``
+        candidates come first: :meth:`add_ngram` appends)."""
+        D = self.n_drafted
+        mask = np.zeros(len(self.tokens), dtype=bool)
+        mask[D:] = [k == NGRAM for k in self.kind[D:]]
+        if agreed_counts and True in self.agreed:
+            mask |= np.asarray(self.agreed, dtype=bool)
+        return mask
+
+    def path_products(self, q: np.ndarray) -> np.ndarray:
+        """:func:`~adaspark.decoding.tree.path_products` of this set (Eq. 1), with the same
+        products: the drafter's block at once (a pick's or sibling's q times its parent pick's
+        Q), then each n-gram node from its parent."""
+        B, K, D = self.B, self.K, self.n_drafted
+        qa = np.asarray(q, dtype=np.float64)
+        spine = np.ones(B)
+        if B > 1:
+            np.cumprod(qa[:D:K][: B - 1], out=spine[1:])
+        head = (qa[:D].reshape(B, K) * spine[:, None]).ravel().tolist() if D else []
+        if len(qa) == D:
+            return np.asarray(head, dtype=np.float64)
+        out = head
+        parent = self.parent
+        for j, qj in enumerate(qa[D:].tolist(), start=D):
+            p = parent[j]
+            out.append(qj * (1.0 if p == -1 else out[p]))
+        return np.asarray(out, dtype=np.float64)
+
     def pick(self, position: int) -> int:
         """Index of the drafter's pick at ``position`` (0-based below the anchor)."""
         if not 0 <= position < self.B:
@@ -89,12 +120,14 @@ class CandidateSet:
                 return range(i * K, (i + 1) * K)
         return range(0)
 
-    def children_of(self, parents: set[int]) -> dict[int, list[int]]:
-        """Every candidate (placed or not) of each parent in ``parents``."""
+    def children_of(self, parents: Iterable[int]) -> dict[int, list[int]]:
+        """Every candidate (placed or not) of each parent in ``parents``, in index order."""
         out: dict[int, list[int]] = {p: [] for p in parents}
+        get = out.get
         for j, p in enumerate(self.parent):
-            if p in out:
-                out[p].append(j)
+            kids = get(p)
+            if kids is not None:
+                kids.append(j)
         return out
 
     def add_ngram(self, token: int, parent: int, position: int, evidence: int, run: int,
@@ -115,6 +148,21 @@ class CandidateSet:
         return j
 
 
+def _layout(B: int, K: int) -> tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]:
+    """The parent, kind and position of every drafter candidate of a ``B x K`` block."""
+    key = (B, K)
+    hit = _LAYOUTS.get(key)
+    if hit is None:
+        parent = tuple(-1 if i == 0 else (i - 1) * K for i in range(B) for _ in range(K))
+        kind = tuple(PICK if k == 0 else SIBLING for _ in range(B) for k in range(K))
+        position = tuple(i for i in range(B) for _ in range(K))
+        hit = _LAYOUTS[key] = (parent, kind, position)
+    return hit
+
+
+_LAYOUTS: dict[tuple[int, int], tuple[tuple[int, ...], tuple[str, ...], tuple[int, ...]]] = {}
+
+
 def from_block(block: Block, n_positions: int | None = None, siblings: bool = True
                ) -> CandidateSet:
     """The fixed-shape tree of one block (§2.2): picks as a spine, siblings as leaves.
@@ -124,24 +172,24 @@ def from_block(block: Block, n_positions: int | None = None, siblings: bool = Tr
     """
     B = block.B if n_positions is None else max(0, min(n_positions, block.B))
     K = block.K if siblings else 1
-    probs = np.asarray(block.probs[:B], dtype=np.float64)
+    probs = np.asarray(block.probs, dtype=np.float64)[:B]
     total = probs.sum(axis=1)
     share = probs[:, :K] / np.where(total > 0, total, np.inf)[:, None]
-    share[:, 0] = np.clip(np.asarray(block.confidence[:B], dtype=np.float64), 0.0, 1.0)
+    share[:, 0] = np.asarray(block.confidence, dtype=np.float64)[:B]
     cs = CandidateSet()
     cs.B, cs.K = B, K
     cs.tokens = np.asarray(block.tokens[:B, :K], dtype=np.int64).ravel().tolist()
-    cs.head_q = np.clip(share, 0.0, 1.0).ravel().tolist()
+    cs.head_q = np.minimum(np.maximum(share, 0.0), 1.0).ravel().tolist()  # np.clip's values
     n = B * K
     cs.n_drafted = n
-    cs.parent = [-1 if i == 0 else (i - 1) * K for i in range(B) for _ in range(K)]
-    cs.kind = [PICK if k == 0 else SIBLING for _ in range(B) for k in range(K)]
-    cs.position = [i for i in range(B) for _ in range(K)]
+    parent, kind, position = _layout(B, K)
+    cs.parent = list(parent)
+    cs.kind = list(kind)
+    cs.position = list(position)
     cs.agreed = [False] * n
     cs.evidence = [-1] * n
     cs.run = [0] * n
     cs.contra = [-1] * n
     cs.src_p = [0.0] * n
-    cs.by_edge = {(p, tok): j for j, (p, tok) in enumerate(zip(cs.parent, cs.tokens,
-                                                                strict=True))}
+    cs.by_edge = dict(zip(zip(parent, cs.tokens, strict=True), range(n), strict=True))
     return cs

@@ -77,6 +77,8 @@ def make_tree(
         raise TreeError(f"{n} tokens but {len(sources)} source tags")
     if parents[0] != -1:
         raise TreeError(f"row 0 must be the anchor (parent -1), it has parent {parents[0]}")
+    if all(0 <= parents[i] < i for i in range(1, n)):  # parents first: no orphan, no cycle
+        return Tree(tuple(map(int, tokens)), tuple(map(int, parents)), tuple(sources))
     for i in range(1, n):
         p = parents[i]
         if p == -1:
@@ -94,7 +96,7 @@ def make_tree(
     for i in range(1, n):
         if parents[i] >= i:
             raise TreeError(f"node at row {i} comes before its parent (row {parents[i]})")
-    return Tree(tuple(int(t) for t in tokens), tuple(int(p) for p in parents), tuple(sources))
+    return Tree(tuple(map(int, tokens)), tuple(map(int, parents)), tuple(sources))
 
 
 def chain_tree(anchor: int, tokens: Sequence[int], max_rows: int = 64) -> Tree:
@@ -120,12 +122,17 @@ def path_products(parents: Sequence[int], q: Sequence[float]) -> np.ndarray:
     ``parents[j]`` is -1 for a child of the anchor, else the index of another candidate that
     precedes ``j`` (candidates are indexed parents first).
     """
-    out = np.empty(len(q), dtype=np.float64)
-    for j, (p, qj) in enumerate(zip(parents, q, strict=True)):
-        if p >= j:
+    qs = q.tolist() if isinstance(q, np.ndarray) else [float(x) for x in q]
+    out: list[float] = []
+    append = out.append
+    for j, (p, qj) in enumerate(zip(parents, qs, strict=True)):
+        if p == -1:
+            append(qj * 1.0)
+        elif p < j:
+            append(qj * out[p])
+        else:
             raise TreeError(f"candidate {j} is indexed before its parent {p}")
-        out[j] = qj * (1.0 if p == -1 else out[p])
-    return out
+    return np.asarray(out, dtype=np.float64)
 
 
 def best_first_order(parents: Sequence[int], q: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -136,12 +143,24 @@ def best_first_order(parents: Sequence[int], q: Sequence[float]) -> tuple[np.nda
     verify of width ``n`` expects ``S[n-1]`` accepted candidates. Every prefix of ``order`` is a
     tree when ``0 <= q <= 1``.
     """
+    qa = checked_q(q)
+    return order_by_products(path_products(parents, qa))
+
+
+def checked_q(q: Sequence[float]) -> np.ndarray:
+    """``q`` as an array, after checking that every probability lies in [0, 1]."""
     qa = np.asarray(q, dtype=np.float64)
     if len(qa) and (qa.min() < 0 or qa.max() > 1):
         raise TreeError("acceptance probabilities q must lie in [0, 1]")
-    Q = path_products(parents, qa)
+    return qa
+
+
+def order_by_products(Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Proposition 1's order and ``S`` from the path products ``Q`` (see
+    :func:`best_first_order`)."""
     order = np.lexsort((np.arange(len(Q)), -Q))  # primary key -Q, ties by index
-    S = np.concatenate([[0.0], np.cumsum(Q[order])])
+    S = np.zeros(len(Q) + 1)
+    np.cumsum(Q[order], out=S[1:])
     return order, S
 
 

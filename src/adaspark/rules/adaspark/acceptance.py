@@ -29,6 +29,7 @@ and lets the fitted model price the tree only while its decayed log loss is the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -75,10 +76,18 @@ def shift(q: np.ndarray | float, b: float) -> Any:
     return w / (w + 1.0 - np.asarray(q))
 
 
-def node_loss(q: float, accepted: bool) -> float:
-    """Binary log loss of one labelled node."""
-    q = min(max(q, 1e-12), 1.0 - 1e-12)
-    return -math.log(q) if accepted else -math.log(1.0 - q)
+def group_loss(q: Sequence[float], group: Sequence[int], label: int | None) -> float:
+    """Binary log loss of a labelled parent's candidates ``group`` (``label``: the one that
+    carried the target's pick, ``None`` for none), summed in the group's order; each ``q[j]``
+    is clipped to ``[1e-12, 1 - 1e-12]``."""
+    log = math.log
+    lo, hi = 1e-12, 1.0 - 1e-12
+    total = 0.0
+    for j in group:
+        x = q[j]
+        x = lo if x < lo else hi if x > hi else x
+        total += -log(x) if j == label else -log(1.0 - x)
+    return total
 
 
 def prior_coefficients(cfg: AcceptanceConfig) -> np.ndarray:
@@ -133,7 +142,7 @@ class RoundTerms:
 
 def softmax_by_parent(scores: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Eq. (6)'s normalisation: each parent's candidates and *none* in one softmax."""
-    e = np.exp(np.clip(scores, -60.0, 60.0))
+    e = np.exp(np.minimum(np.maximum(scores, -60.0), 60.0))  # np.clip's values, faster
     grp = parent + 1
     denom = 1.0 + np.bincount(grp, weights=e, minlength=len(scores) + 1)
     return e / denom[grp]
@@ -157,6 +166,11 @@ class AcceptanceModel:
         self.b = 0.0
         self.b_g2 = 0.0
         self._keep = 0.5 ** (1.0 / cfg.guard_half_life)
+        self._gate_updates = cfg.gate_counts == "updates"
+        #: FTRL's constants: (rate, cap, gate, stabiliser, L2), drafter terms then buckets.
+        self._ftrl_constants = tuple(
+            (rate, cfg.squared_gradient_cap, cfg.prior_gate, cfg.drafter_ftrl_stabiliser,
+             cfg.drafter_l2) for rate in (cfg.drafter_ftrl_rate, cfg.ngram_bucket_ftrl_rate))
 
     # -- pricing ----------------------------------------------------------------------------
 
@@ -170,20 +184,19 @@ class AcceptanceModel:
         return self._w_arr
 
     def scores(self, tree: CandidateSet, terms: RoundTerms) -> np.ndarray:
-        w = self.weights()
+        w = self.w   # Python floats: the same products as the array's, without its indexing
         B, D = tree.B, tree.n_drafted
         f = terms.features
         s = np.zeros(len(tree))
         if D:
-            pos = np.arange(B, dtype=np.float64)
-            common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + w[DEPTH] * pos
+            depth = w[DEPTH] * np.arange(B, dtype=np.float64)
+            common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + depth
             blk = w[A_SIB] + w[A_SIB + 1] * f.logr + common[:, None]
-            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls \
-                + w[DEPTH] * pos
+            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls + depth
             s[:D] = blk.ravel()
         s += w[CONTEXT] * terms.u + self.b
         if len(terms.idx):
-            s[terms.idx] += w[terms.coef] + terms.base
+            s[terms.idx] += self.weights()[terms.coef] + terms.base
         return s
 
     def probabilities(self, tree: CandidateSet, terms: RoundTerms,
@@ -193,62 +206,87 @@ class AcceptanceModel:
     # -- learning ---------------------------------------------------------------------------
 
     def _ftrl(self, i: int, g: float) -> None:
-        c = self.cfg
-        rate = c.ngram_bucket_ftrl_rate if i >= NEW else c.drafter_ftrl_rate
+        """One FTRL-Proximal step of coefficient ``i`` on its deviation from the prior, gated."""
+        rate, cap, gate_k, beta, l2 = self._ftrl_constants[i >= NEW]
         prior = self.prior[i]
         d = self.w[i] - prior
         n_old = self.n[i]
-        n_new = min(n_old + g * g, c.squared_gradient_cap)
-        sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / rate
-        z = self.z[i] + g - sigma * d
+        n_new = n_old + g * g
+        if n_new > cap:
+            n_new = cap
+        sq_new = math.sqrt(n_new)
+        z = self.z[i] + g - (sq_new - math.sqrt(n_old)) / rate * d
         self.z[i] = z
         self.n[i] = n_new
         m = self.m[i] + 1.0
         self.m[i] = m
-        gate = c.prior_gate * math.sqrt(m if c.gate_counts == "updates" else n_new)
+        gate = gate_k * (math.sqrt(m) if self._gate_updates else sq_new)
         if abs(z) <= gate:
             self.w[i] = prior
         else:
-            self.w[i] = prior - (z - math.copysign(gate, z)) / (
-                (c.drafter_ftrl_stabiliser + math.sqrt(n_new)) / rate + c.drafter_l2)
+            self.w[i] = prior - (z - math.copysign(gate, z)) / ((beta + sq_new) / rate + l2)
 
     def learn_group(self, tree: CandidateSet, group: list[int], label: int | None,
                     p: list[float], coef_of: dict[int, int], u: float,
                     lh: list[float], ls: list[float], logr: list[list[float]]) -> None:
         """One labelled parent: its candidates ``group``, the model's probabilities ``p`` for
-        them (computed before the round's labels), and which one carried the target's pick."""
-        g: dict[int, float] = {}
-        gb = 0.0
+        them (computed before the round's labels), and which one carried the target's pick.
+        Each coefficient a candidate reads gets the sum of ``(p - y) x`` over the group (in the
+        group's order), then one FTRL step; the intercept one AdaGrad step."""
         K, D = tree.K, tree.n_drafted
+        # the gradient of each fixed coefficient, and how many candidates read it
+        gp0 = gp1 = gp2 = gs0 = gs1 = gs2 = gs3 = g_dep = g_ctx = gb = 0.0
+        n_pick = n_sib = n_dep = n_ctx = 0
+        g_bucket: dict[int, float] = {}
+        labels = self.labels
         for j, pj in zip(group, p, strict=True):
             d = pj - (1.0 if j == label else 0.0)
             gb += d
             if j < D:
-                i, k = divmod(j, K)
+                i = j // K
+                k = j - i * K
                 if k == 0:
-                    terms = ((A_PICK, 1.0), (A_PICK + 1, lh[i]), (A_PICK + 2, ls[i]))
+                    gp0 += d
+                    gp1 += d * lh[i]
+                    gp2 += d * ls[i]
+                    n_pick += 1
                 else:
-                    terms = ((A_SIB, 1.0), (A_SIB + 1, logr[i][k]), (A_SIB + 2, lh[i]),
-                             (A_SIB + 3, ls[i]))
-                for ci, x in terms:
-                    g[ci] = g.get(ci, 0.0) + d * x
-                    self.labels[ci] += 1
+                    gs0 += d
+                    gs1 += d * logr[i][k]
+                    gs2 += d * lh[i]
+                    gs3 += d * ls[i]
+                    n_sib += 1
                 if i:
-                    g[DEPTH] = g.get(DEPTH, 0.0) + d * i
-                    self.labels[DEPTH] += 1
+                    g_dep += d * i
+                    n_dep += 1
             if u:
-                g[CONTEXT] = g.get(CONTEXT, 0.0) + d * u
-                self.labels[CONTEXT] += 1
+                g_ctx += d * u
+                n_ctx += 1
             cb = coef_of.get(j)
             if cb is not None:
-                g[cb] = g.get(cb, 0.0) + d
-                self.labels[cb] += 1
-        for ci, gi in g.items():
-            if math.isfinite(gi):
-                self._ftrl(ci, gi)
+                g_bucket[cb] = g_bucket.get(cb, 0.0) + d
+                labels[cb] += 1
+        ftrl, finite = self._ftrl, math.isfinite
+        steps: list[tuple[int, float, int]] = []   # (coefficient, gradient, candidates read)
+        if n_pick:
+            steps += ((A_PICK, gp0, n_pick), (A_PICK + 1, gp1, n_pick), (A_PICK + 2, gp2, n_pick))
+        if n_sib:
+            steps += ((A_SIB, gs0, n_sib), (A_SIB + 1, gs1, n_sib), (A_SIB + 2, gs2, n_sib),
+                      (A_SIB + 3, gs3, n_sib))
+        if n_dep:
+            steps.append((DEPTH, g_dep, n_dep))
+        if n_ctx:
+            steps.append((CONTEXT, g_ctx, n_ctx))
+        for ci, gi, count in steps:
+            labels[ci] += count
+            if finite(gi):
+                ftrl(ci, gi)
+        for cb, gi in g_bucket.items():
+            if finite(gi):
+                ftrl(cb, gi)
         self._w_arr = None
         c = self.cfg
-        if math.isfinite(gb):
+        if finite(gb):
             self.b_g2 = min(self.b_g2 + gb * gb, c.intercept_squared_gradient_cap)
             b = self.b - c.intercept_adagrad_rate * gb / (c.adagrad_stabiliser
                                                           + math.sqrt(self.b_g2))
@@ -305,19 +343,25 @@ class HeadEstimate:
     def apply(self, q: np.ndarray) -> np.ndarray:
         return shift(q, self.b)
 
-    def observe(self, q_raw: float, accepted: bool) -> None:
-        if not 0.0 <= q_raw <= 1.0:
-            return
+    def observe(self, q_raw: Sequence[float], accepted: Sequence[bool]) -> None:
+        """AdaGrad steps on labelled nodes, in order: raw estimates ``q_raw`` (outside [0, 1]:
+        skipped) and whether each was the target's pick."""
         c = self.cfg
-        if self.b == 0.0:
-            qs = q_raw
-        else:
-            wq = q_raw * math.exp(self.b)
-            qs = wq / (wq + 1.0 - q_raw)
-        g = qs - (1.0 if accepted else 0.0)
-        self.g2 += g * g
-        b = self.b - c.head_offset_adagrad_rate * g / (c.adagrad_stabiliser + math.sqrt(self.g2))
-        self.b = min(max(b, -c.head_offset_band), c.head_offset_band)
+        b, g2 = self.b, self.g2
+        rate, beta, band = c.head_offset_adagrad_rate, c.adagrad_stabiliser, c.head_offset_band
+        exp, sqrt = math.exp, math.sqrt
+        for q, y in zip(q_raw, accepted, strict=True):
+            if not 0.0 <= q <= 1.0:
+                continue
+            if b == 0.0:
+                qs = q
+            else:
+                wq = q * exp(b)
+                qs = wq / (wq + 1.0 - q)
+            g = qs - (1.0 if y else 0.0)
+            g2 += g * g
+            b = min(max(b - rate * g / (beta + sqrt(g2)), -band), band)
+        self.b, self.g2 = b, g2
 
 
 def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bonus: int,
@@ -332,34 +376,32 @@ def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bo
     ``offset_all``). Returns the labelled candidates and the summed log losses of the fitted
     model (0 without one) and of the head-based estimate."""
     parents = [-1, *accepted]
-    picks = [cands.tokens[j] for j in accepted] + [int(bonus)]
-    groups = cands.children_of(set(parents))
-    coef_of = terms.coef_of() if terms is not None else {}
+    tokens = cands.tokens
+    picks = [tokens[j] for j in accepted] + [int(bonus)]
+    groups = cands.children_of(parents)
+    fitted = model is not None and q_model is not None
+    coef_of = terms.coef_of() if terms is not None and fitted else {}
     u = terms.u if terms is not None else 0.0
-    lh = features.lh.tolist()
-    ls = features.ls.tolist()
-    logr = features.logr.tolist()
+    lh = features.lh.tolist() if fitted else []
+    ls = features.ls.tolist() if fitted else []
+    logr = features.logr.tolist() if fitted else []
     n_lab, loss_m, loss_h = 0, 0.0, 0.0
     for parent, pick in zip(parents, picks, strict=True):
-        group = groups.get(parent) or []
+        group = groups[parent]
         if not group:
             continue
-        label = next((j for j in group if cands.tokens[j] == pick), None)
-        lm = lh_ = 0.0
-        for j in group:
-            y = j == label
-            lh_ += node_loss(q_head[j], y)
-            if q_model is not None:
-                lm += node_loss(q_model[j], y)
+        label = next((j for j in group if tokens[j] == pick), None)
+        lh_ = group_loss(q_head, group, label)
+        lm = group_loss(q_model, group, label) if q_model is not None else 0.0
         n_lab += len(group)
         loss_h += lh_
         loss_m += lm
-        if model is not None and q_model is not None:
+        if fitted:
+            assert model is not None and q_model is not None
             model.score_guard(lm, lh_)
             model.learn_group(cands, group, label, [q_model[j] for j in group], coef_of,
                               u, lh, ls, logr)
         if head is not None:
-            for j in group:
-                if offset_all or j in placed:
-                    head.observe(head_raw[j], j == label)
+            chosen = group if offset_all else [j for j in group if j in placed]
+            head.observe([head_raw[j] for j in chosen], [j == label for j in chosen])
     return n_lab, loss_m, loss_h

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from adaspark.decoding.candidates import NGRAM, CandidateSet
-from adaspark.decoding.tree import best_first_order
+from adaspark.decoding.candidates import CandidateSet
+from adaspark.decoding.tree import checked_q, order_by_products
 from adaspark.rules.adaspark.config import WidthChoiceConfig
 from adaspark.rules.adaspark.cost_law import context_band
 
@@ -180,12 +180,12 @@ class Valuer:
 
     def __init__(self, s: np.ndarray, s_ng: np.ndarray, n0: int, gains: Gains, d_fixed: float,
                  rho: float | None) -> None:
-        self.s = s
-        self.ng = s_ng
+        self.s: list[float] = s.tolist()      # floats: read once per offered width
+        self.ng: list[float] = s_ng.tolist()
         self.order_len = len(s) - 1
         self.base_keep = min(max(n0 - 1, 0), self.order_len)
-        self.base_s = float(s[self.base_keep])
-        self.base_ng = float(s_ng[self.base_keep])
+        self.base_s = self.s[self.base_keep]
+        self.base_ng = self.ng[self.base_keep]
         self.g = gains
         self.d_fixed = d_fixed
         self.rho = rho
@@ -196,8 +196,8 @@ class Valuer:
     def tokens(self, width: int) -> float:
         """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``."""
         k = self.keep(width)
-        d_all = float(self.s[k]) - self.base_s
-        d_ng = float(self.ng[k]) - self.base_ng
+        d_all = self.s[k] - self.base_s
+        d_ng = self.ng[k] - self.base_ng
         if k < self.base_keep:
             gd, gn = self.g.d_below, self.g.n_below
         else:
@@ -372,18 +372,16 @@ def width1_switch(w1_incumbent: bool, t1: float, forecast: tuple[float, float],
 def counts_as_ngram(cands: CandidateSet, agreed_counts: bool) -> np.ndarray:
     """The candidates Eq. (7) prices with the n-gram gain: n-gram-only, and agreed ones when
     ``agreed_counts`` (``agreed_counts_as: ngram``)."""
-    is_ng = np.asarray(cands.kind) == NGRAM
-    if agreed_counts:
-        is_ng |= np.asarray(cands.agreed, dtype=bool)
-    return is_ng
+    return cands.ngram_mask(agreed_counts)
 
 
 def ngram_order(cands: CandidateSet, q: np.ndarray,
                 is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
     ``is_ng`` marks) under ``q``."""
-    order, S = best_first_order(cands.parent, q)
-    s_ng = np.concatenate(([0.0], np.cumsum(np.diff(S) * is_ng[order])))
+    order, S = order_by_products(cands.path_products(checked_q(q)))
+    s_ng = np.zeros(len(S))
+    np.cumsum(np.diff(S) * is_ng[order], out=s_ng[1:])
     return order, S, s_ng
 
 
@@ -395,7 +393,7 @@ def width_without_ngram(cands: CandidateSet, q: np.ndarray, agreed_counts: bool,
     zero (``q = 0``: they, and everything below them, expect nothing), from the same prices,
     gains, rho and incumbent (``valuer_args``: n0, gains, D, rho of :class:`Valuer`). ``None``
     when the round has no n-gram-only candidate."""
-    ng_only = np.asarray(cands.kind) == NGRAM
+    ng_only = cands.ngram_mask(agreed_counts=False)
     if not ng_only.any():
         return None
     _, S0, s_ng0 = ngram_order(cands, np.where(ng_only, 0.0, q),

@@ -104,7 +104,8 @@ class ContextLaw:
         """The law's time (seconds) at the context of ``phi``; ``None`` until it is fitted."""
         if self.scale is None or self.seen == 0:
             return None
-        y = self.normalised(phi)
+        w = self.w   # normalised(phi), inlined: every price and level reads it
+        y = w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
         lo, hi = self.cfg.law_clamp
         y = min(max(y, lo * self.floor), hi * self.floor)
         return y * self.scale

@@ -16,7 +16,7 @@ chain continues from it). The index is per request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from adaspark.decoding.candidates import NGRAM, PICK, CandidateSet
 from adaspark.rules.adaspark.config import NgramConfig
@@ -25,10 +25,10 @@ from adaspark.rules.adaspark.config import NgramConfig
 EVIDENCE_NAMES = ("n1", "n2+", "copy", "copy-long")
 
 
-@dataclass(frozen=True)
-class Proposal:
+class Proposal(NamedTuple):
     """One chain step: the token, its follower count (0 for a copy), the copy's match length (0
-    for a follower), and for a copy the position in the committed text it was read from."""
+    for a follower), and for a copy the position in the committed text it was read from.
+    (A named tuple: a round builds dozens, and a frozen dataclass costs three times as much.)"""
 
     token: int
     count: int
@@ -78,10 +78,7 @@ class NgramIndex:
         best: tuple[int, int] | None = None
         n_ctx = len(ctx)
         for p in reversed(seen):
-            limit = min(self.cfg.copy_max_match, n_ctx, p)
-            length = 0
-            while length < limit and ctx[n_ctx - 1 - length] == tail[p - 1 - length]:
-                length += 1
+            length = common_suffix(ctx, n_ctx, tail, p, min(self.cfg.copy_max_match, n_ctx, p))
             if length >= k and (best is None or length > best[0]):
                 best = (length, p)
         return best
@@ -133,14 +130,7 @@ class NgramIndex:
                 if seen is None:
                     self.followers[key] = [[tok, 1]]
                 else:
-                    for slot in seen:
-                        if slot[0] == tok:
-                            slot[1] += 1
-                            break
-                    else:
-                        if len(seen) < kept:
-                            seen.append([tok, 1])
-                    seen.sort(key=lambda s: (-s[1], s[0]))
+                    bump_follower(seen, tok, kept)
             if at >= k:
                 key = tuple(tail[at - k:])
                 pos = self.occurrences.get(key)
@@ -156,6 +146,46 @@ class NgramIndex:
         """``p_src`` per evidence class: ``(right + a) / (proposed + b)`` (``precision_prior``)."""
         a, b = self.cfg.precision_prior
         return [(right + a) / (n + b) for n, right in self.scored]
+
+
+def common_suffix(a: list[int], end_a: int, b: list[int], end_b: int, limit: int) -> int:
+    """The length (at most ``limit``) of the longest common suffix of ``a[:end_a]`` and
+    ``b[:end_b]``: a binary search on slice equality (matching suffixes nest), so each probe
+    compares in C instead of token by token."""
+    if limit <= 0 or a[end_a - 1] != b[end_b - 1]:
+        return 0
+    if a[end_a - limit:end_a] == b[end_b - limit:end_b]:
+        return limit
+    lo, hi = 1, limit - 1   # the suffix of length lo matches; length hi + 1 does not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[end_a - mid:end_a] == b[end_b - mid:end_b]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def bump_follower(seen: list[list[int]], tok: int, kept: int) -> None:
+    """Count one more ``tok`` among a context's followers ``[[token, count], ...]`` (a new
+    one is kept while fewer than ``kept`` are), keeping them sorted by count, most first, then
+    by token: the counted slot moves up past those it now outranks (the list was sorted)."""
+    for i in range(len(seen)):  # i: the slot found, read after the loop
+        slot = seen[i]
+        if slot[0] == tok:
+            slot[1] += 1
+            break
+    else:
+        if len(seen) >= kept:
+            return
+        slot = [tok, 1]
+        seen.append(slot)
+        i = len(seen) - 1
+    key = (-slot[1], slot[0])
+    while i > 0 and (-seen[i - 1][1], seen[i - 1][0]) > key:
+        seen[i] = seen[i - 1]
+        i -= 1
+    seen[i] = slot
 
 
 def run_class(run: int, edges: tuple[int, int]) -> int:
@@ -182,8 +212,7 @@ def add_chains(index: NgramIndex, tree: CandidateSet, depth_limit: int, max_adde
     for branch in branches:
         if added >= max_added:
             break
-        path = [] if branch == -1 else [tree.tokens[tree.pick(i)]
-                                         for i in range(branch // tree.K + 1)]
+        path = [] if branch == -1 else tree.tokens[0:branch + 1:tree.K]  # the picks to it
         depth = len(path)
         if depth >= depth_limit:
             continue
