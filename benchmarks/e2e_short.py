@@ -13,9 +13,16 @@ Writes, under ``--out`` (default ``runs/benchmarks/e2e_short``): ``<arm>/replies
 runner's rows), ``replies.parquet`` (all arms), ``throughput.csv``, ``ratios.csv`` and
 ``e2e_short.json`` (both, with the run settings and skipped arms).
 
+``--order interleaved`` (``run.order``, :mod:`adaspark.runs.order`) keeps the servers of the
+preset's ``run.groups`` group (the default preset: these six arms) up together and sends each
+reply to every arm in turn, so that drift of a busy machine falls on every arm alike; the default
+is ``sequential`` (arm after arm). Use a new ``--out`` per order: a run does not resume over
+results made in the other order.
+
     .venv/bin/python benchmarks/e2e_short.py                       # short subset, cap 128
     .venv/bin/python benchmarks/e2e_short.py --subset smoke --cap 16 --out runs/benchmarks/e2e_smoke
     .venv/bin/python benchmarks/e2e_short.py target=tiny drafter=tiny-truncated  # Hydra overrides
+    .venv/bin/python benchmarks/e2e_short.py --order interleaved --out runs/benchmarks/e2e_int
 """
 
 from __future__ import annotations
@@ -123,11 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--testset", default="data/testset",
                     help="the checked test set (default: the vendored copy)")
     ap.add_argument("--seed", type=int, default=20240601, help="bootstrap seed")
+    ap.add_argument("--order", choices=["sequential", "interleaved"], default="sequential",
+                    help="run.order: arm after arm, or the preset's groups interleaved")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (target=..., drafter=...)")
     a = ap.parse_args(argv)
 
     from rich.console import Console
 
+    from adaspark.runs.order import plan_units
     from adaspark.runs.run import compose_for_run, run_arms
     from adaspark.runs.settings import RunSettings
 
@@ -135,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     arms = [x for x in a.arms.split(",") if x]
     cfg = compose_for_run([*a.overrides, f"run_arms=[{','.join(arms)}]",
                            f"run.subset={a.subset}", f"run.cap={a.cap}",
-                           f"run.testset={a.testset}"])
+                           f"run.testset={a.testset}", f"run.order={a.order}"])
     keep, skipped = runnable(arms, cfg)
     for arm, why in skipped.items():
         console.print(f"e2e_short: skipping {arm}: {why}")
@@ -146,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     summaries = run_arms(cfg, keep, a.out, settings)
     result = analyse(a.out, keep, a.seed)
-    result |= {"subset": a.subset, "cap": a.cap, "arms": keep, "skipped": skipped,
+    result |= {"subset": a.subset, "cap": a.cap, "order": a.order,
+               "units": [[*u.entries] for u in plan_units(keep, settings.order,
+                                                          settings.groups)],
+               "arms": keep, "skipped": skipped,
                "target": str(cfg.target.name), "drafter": str(cfg.drafter.name),
                "summaries": [s.__dict__ for s in summaries]}
     (a.out / "e2e_short.json").write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -506,6 +506,13 @@ def validate(cfg: Any, *, command: str) -> None:
     if "run" in raw and command in ("run", "config", "stage"):
         from adaspark.runs.settings import RunSettings
 
-        RunSettings.check(raw["run"])
+        run = RunSettings.check(raw["run"])
+        unknown = [(g, a) for g, members in run.groups.items() for a in members
+                   if "arms" in raw and a not in arms]
+        if unknown:
+            g, a = unknown[0]
+            raise ConfigError(f"run.groups.{g} names the arm {a!r}, which is not under `arms:` "
+                              f"(it has {sorted(arms)}): fix the name, or compose the arm with "
+                              f"`- arm@arms.{a}: {a}` in conf/config.yaml's defaults")
     if raw.get("tables") is not None:
         check_group(TablesOptions, raw["tables"], "tables", extra="refuse", partial=True)

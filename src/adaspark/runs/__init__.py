@@ -6,6 +6,7 @@
 - ``conversation``: the subset's plan and how each reply's history is built;
 - ``fingerprint``: what a run must match to be resumed;
 - ``launch``: starting the arm's server;
+- ``order``: the run order (sequential, or a group's arms interleaved reply by reply);
 - ``progress``: the progress display and the end-of-run summary;
 - ``run``: the loop over conversations, turns and replies.
 """

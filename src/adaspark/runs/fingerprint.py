@@ -16,12 +16,13 @@ from adaspark.runs.settings import RunSettings
 from adaspark.schema import ArmConfig
 
 
-def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings,
-                plan: list[Planned]) -> dict[str, Any]:
+def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings, plan: list[Planned],
+                order: dict[str, Any]) -> dict[str, Any]:
     """What must not change between a run's replies: the engine binary, the model files, the
-    arm's and the run's config, the exact conversations the replies are made from (a hash per
-    conversation, :func:`conversation_sha256`) and the project's decoding code
-    (:func:`adaspark.provenance.code_fingerprint`)."""
+    arm's and the run's config, the run order (``order``: sequential, or interleaved with its
+    group, :meth:`adaspark.runs.order.RunUnit.record`), the exact conversations the replies are
+    made from (a hash per conversation, :func:`conversation_sha256`) and the project's decoding
+    code (:func:`adaspark.provenance.code_fingerprint`)."""
     from adaspark import model_files, provenance
 
     engine = arm.engine
@@ -55,7 +56,7 @@ def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings,
         template = hashlib.sha256(Path(settings.chat_template).read_bytes()).hexdigest()
     preset = cfg.get("preset")
     run = {"subset": settings.subset, "cap": settings.cap, "protocol_cap": settings.protocol_cap,
-           "chat_template_sha256": template,
+           "chat_template_sha256": template, "order": order,
            "preset": preset.get("name") if hasattr(preset, "get") else preset}
     if engine == "ours":
         run["exact"] = settings.exact

@@ -19,7 +19,8 @@ from adaspark.runs.settings import ArmEntry
 
 class ProgressView:
     """A progress display per arm and conversation (rich on a terminal, one line per reply
-    otherwise), and the summary table at the end."""
+    otherwise), and the summary table at the end. An interleaved group shows a bar per arm
+    and one for the conversation the group is in."""
 
     def __init__(self, stream: Any = None) -> None:
         from rich.console import Console
@@ -29,7 +30,7 @@ class ProgressView:
         if not self.live:  # a log file: wide enough for the summary table
             self.console = Console(file=stream or sys.stderr, width=150)
         self._progress: Any = None
-        self._arm_task: Any = None
+        self._arm_tasks: dict[str, Any] = {}
         self._conv_task: Any = None
 
     def __enter__(self) -> ProgressView:
@@ -54,8 +55,8 @@ class ProgressView:
 
     def arm(self, entry: str, total: int, done: int) -> None:
         if self._progress is not None:
-            self._arm_task = self._progress.add_task(f"[bold]{entry}", total=total,
-                                                     completed=done)
+            self._arm_tasks[entry] = self._progress.add_task(f"[bold]{entry}", total=total,
+                                                             completed=done)
         else:
             self.console.print(f"run {entry}: {done} of {total} timed replies stored")
 
@@ -67,7 +68,7 @@ class ProgressView:
 
     def reply(self, entry: str, row: ReplyRow | None, advance: int = 1) -> None:
         if self._progress is not None:
-            self._progress.advance(self._arm_task, advance)
+            self._progress.advance(self._arm_tasks[entry], advance)
             if self._conv_task is not None:
                 self._progress.advance(self._conv_task, advance)
         elif row is not None:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,9 @@ from adaspark.runs.rows import PROTOCOL_CAP
 from adaspark.schema import ArmConfig, check_arm, check_group, spec
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.testset.subsets import SUBSETS
+
+#: ``run.order``'s choices (:mod:`adaspark.runs.order`).
+ORDERS = ("sequential", "interleaved")
 
 
 class RunError(RuntimeError):
@@ -51,16 +54,23 @@ class RunSettings:
     warmup: bool = True
     startup_timeout_s: float = spec(min=1, default=900.0)
     request_timeout_s: float = spec(min=1, default=7200.0)
+    order: str = spec(choices=ORDERS, default="sequential")
+    groups: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def check(cls, section: Any) -> RunSettings:
-        """The section checked against the fields' types, ranges and choices."""
+        """The section checked against the fields' types, ranges and choices (``groups``:
+        :func:`adaspark.runs.order.check_groups`)."""
+        from adaspark.runs.order import check_groups
+
         try:
-            return check_group(cls, section, "run", extra="refuse")
+            settings = check_group(cls, section, "run", extra="refuse")
         except RunConfigError:
             raise
         except ConfigError as e:
             raise RunConfigError(str(e)) from None
+        settings.groups = check_groups(settings.groups)
+        return settings
 
     @classmethod
     def from_config(cls, cfg: Any) -> RunSettings:

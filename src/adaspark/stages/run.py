@@ -3,6 +3,7 @@ through its server, timed on the client's clock (§4.1, Appendix A; issue 5).
 
     python -m adaspark.stages.run --arm NAME[@REPEAT] --params params.yaml --out DIR
                                   [--set KEY=VALUE ...] [--on-mismatch refuse|restart]
+                                  [--group-from KEY]
 
 Reads ``arms.<NAME>`` (or ``arms.<NAME@REPEAT>``), ``target``, ``drafter``, ``threads`` and the
 ``run`` section (subset, cap, kernels, ...) of the composed params file; writes
@@ -11,6 +12,13 @@ metadata), ``DIR/summary.json``, the server's log and, for scheduler arms, the l
 A killed run resumes at the first missing reply; a run refuses to append to results made with
 another binary, model file or config (``--on-mismatch restart`` deletes them and starts over
 instead, as DVC would). On a failure ``DIR/crash.json`` says what happened.
+
+Run order (``run.order``, :mod:`adaspark.runs.order`): with ``--group-from KEY`` (the params key
+listing the stage's arms, ``run_arms`` for the run stage) and ``run.order=interleaved``, the arm
+runs with the other arms of its ``run.groups`` group that KEY lists, their servers up together,
+each into its sibling directory ``DIR/../<arm>``. The first of the group's stages that DVC runs
+serves the whole group; the others find their replies stored and send nothing. Without
+``--group-from`` (the repeat, held-out and instrumented stages) the arm runs alone.
 """
 
 from __future__ import annotations
@@ -20,12 +28,13 @@ import sys
 from pathlib import Path
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from adaspark.config import ConfigError
+from adaspark.runs.order import plan_units, unit_of
 from adaspark.runs.progress import summary_table
-from adaspark.runs.run import run_arm
-from adaspark.runs.settings import RunSettings
+from adaspark.runs.run import run_unit
+from adaspark.runs.settings import RunError, RunSettings
 from adaspark.schema import validate
 from adaspark.stages import read_params, stage_main
 
@@ -52,13 +61,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--on-mismatch", choices=["refuse", "restart"], default="refuse",
                     help="results in --out made with another binary, model or config: refuse "
                     "(default) or delete them and start over (the pipeline's choice)")
+    ap.add_argument("--group-from", metavar="KEY", default=None,
+                    help="the params key listing this stage's arms (e.g. run_arms): with "
+                    "run.order=interleaved the arm runs with its group's arms among them")
     a = ap.parse_args(argv)
     cfg = read_params(a.params)
     apply_sets(cfg, a.set)
     validate(cfg, command="stage")  # again: --set changed it
     try:
         settings = RunSettings.from_config(cfg)
-        summary = run_arm(cfg, a.arm, a.out, settings, on_mismatch=a.on_mismatch)
+        entries = [a.arm]
+        if a.group_from is not None:
+            listed = OmegaConf.select(cfg, a.group_from)
+            if not isinstance(listed, list | ListConfig) or a.arm not in listed:
+                raise RunError(f"--group-from {a.group_from}: the params' {a.group_from} is "
+                               f"{listed!r}, not a list holding the arm {a.arm!r}")
+            entries = [str(e) for e in listed]
+        unit = unit_of(a.arm, plan_units(entries, settings.order, settings.groups))
+        if len(unit.entries) > 1 and a.out.name != a.arm:
+            raise RunError(f"--out {a.out}: an interleaved group's arms go to sibling "
+                           f"directories named by arm, so --out must end in /{a.arm}")
+        summaries = run_unit(cfg, unit, {e: a.out.parent / e for e in unit.entries} |
+                             {a.arm: a.out}, settings, on_mismatch=a.on_mismatch)
+        summary = summaries[unit.entries.index(a.arm)]
     except ConfigError:
         raise
     except (RuntimeError, FileNotFoundError, ValueError, KeyError) as e:
@@ -67,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     Console(stderr=True, width=None if sys.stderr.isatty() else 150).print(
-        summary_table([summary]))
+        summary_table(summaries))
     if summary.n_replies == 0:
         print(f"run {a.arm}: no reply was stored", file=sys.stderr)
         return 1
