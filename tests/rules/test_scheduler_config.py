@@ -413,7 +413,7 @@ TABLE_14 = [
                                            12)).w[acc.A_PICK]),
     # constant gradients while at the prior: |z| = k |g| > 3 sqrt(k g^2) first at k = 10 (> 9);
     # with a gate of 2, at k = 5 (> 4)
-    Probe("acceptance_model", "prior_gate", 3.0, 2.0, first_round_off_the_prior, 3, 2),
+    Probe("acceptance_model", "prior_gate", 3.0, 2.0, first_round_off_the_prior, 10, 5),
     Probe("acceptance_model", "squared_gradient_cap", 400.0, 0.5,
           lambda c: max(fitted(rejected_rounds(AdaSparkRule(width=2, ngram=False, config=c),
                                                3)).n), rises=True, at_other=0.5),
@@ -580,7 +580,7 @@ ALTERNATIVES: dict[tuple[str, str], tuple[Callable[[SchedulerConfig], Any], Any,
     ("cost_model", "clock"): (clock_reading, None, 0.010),
     ("cost_model", "level_against"): (level_after_one_slow_verify, None, None),
     ("width_choice", "agreed_counts_as"): (ngram_share_of_an_agreed_pick, 0.8, 0.0),
-    ("acceptance_model", "gate_counts"): (first_round_off_the_prior, 3, 10),
+    ("acceptance_model", "gate_counts"): (first_round_off_the_prior, 10, 3),
     ("acceptance_model", "offset_labels"): (head_offset_after_a_placed_pick, None,
                                             -0.15 * 0.9 / 1.9),
     ("ngram_fill", "exploration_counts"): (exploration_clock_after_three_rounds, 0, 3),

@@ -5,7 +5,8 @@ the q's, and the learned state after each request. Floats are compared to a rela
 recording keeps 11 digits; a change of summation order may move a last digit, not a decision).
 
 The recording is ``tests/fixtures/scheduler_replay.json.gz``, made by
-``tests/fixtures/make_scheduler_replay.py`` (which this test runs again)."""
+``tests/fixtures/make_scheduler_replay.py`` (which this test runs again, under the scheduler
+constants the recording holds)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ _spec = importlib.util.spec_from_file_location("make_scheduler_replay", MAKER)
 assert _spec is not None and _spec.loader is not None
 replay = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(replay)
-RECORDED: dict[str, Any] = json.loads(gzip.decompress(replay.FIXTURE.read_bytes()))
+_FILE: dict[str, Any] = json.loads(gzip.decompress(replay.FIXTURE.read_bytes()))
+RECORDED: dict[str, Any] = _FILE["scenarios"]
+#: the constants the recording was made with (the file's defaults may have moved since)
+CONFIG = replay.scheduler_of(_FILE)
 REL = 1e-9
 
 
@@ -62,7 +66,7 @@ def test_the_recording_covers_every_kind_of_decision():
 
 @pytest.mark.parametrize("name", sorted(replay.SCENARIOS))
 def test_every_decision_matches_the_recording(name: str):
-    got = replay.record(name)
+    got = replay.record(name, CONFIG)
     want = RECORDED[name]
     assert len(got["rounds"]) == len(want["rounds"]), "a different number of rounds"
     for i, (w, g) in enumerate(zip(want["rounds"], got["rounds"], strict=True)):

@@ -173,7 +173,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("width_choice", "gain_reference"): ("fixed", "narrowest_offered"),
     ("width_choice", "agreed_counts_as"): ("ngram", "drafter"),
     ("width_choice", "width1_forecast"): ("realised",),
-    ("acceptance_model", "gate_counts"): ("updates", "squared_gradients"),
+    ("acceptance_model", "gate_counts"): ("squared_gradients", "updates"),
     ("acceptance_model", "psi"): ("depth_and_context",),
     ("acceptance_model", "offset_labels"): ("all_candidates", "placed"),
     ("ngram_fill", "exploration_counts"): ("ngram_rounds", "all_tree_rounds"),
