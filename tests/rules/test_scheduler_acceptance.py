@@ -89,13 +89,14 @@ def test_every_candidate_of_every_accepted_parent_is_labelled_placed_or_not() ->
     keep = 0.5 ** (1.0 / A.guard_half_life)
 
     def parent_loss(q: np.ndarray, group: range) -> float:
-        return sum(acc.node_loss(float(q[j]), j in (0, 12)) for j in group)
+        label = next((j for j in group if j in (0, 12)), None)
+        return acc.group_loss(q.tolist(), list(group), label)
 
     for i, q in ((0, rc.q_model), (1, rc.q_head)):
         want = parent_loss(q, range(0, 8)) * keep + parent_loss(q, range(8, 16))
         assert model.guard[i] == pytest.approx(want, rel=1e-12)
-    wrong = parent_loss(rc.q_head, range(0, 8)) * keep + sum(
-        acc.node_loss(float(rc.q_head[j]), False) for j in range(8, 16))
+    wrong = parent_loss(rc.q_head, range(0, 8)) * keep + acc.group_loss(
+        rc.q_head.tolist(), list(range(8, 16)), None)
     assert model.guard[1] != pytest.approx(wrong, rel=1e-6)   # 12 unlabelled would differ
 
 

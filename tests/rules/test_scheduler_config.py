@@ -268,7 +268,7 @@ def guard_of_an_old_loss(cfg: SchedulerConfig) -> float:
 def head_offset_after(cfg: SchedulerConfig, n: int) -> float:
     head = acc.HeadEstimate(cfg.acceptance_model)
     for _ in range(n):
-        head.observe(0.9, False)
+        head.observe([0.9], [False])
     return head.b
 
 
