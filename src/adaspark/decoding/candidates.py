@@ -122,9 +122,12 @@ class CandidateSet:
 
     def children_of(self, parents: Iterable[int]) -> dict[int, list[int]]:
         """Every candidate (placed or not) of each parent in ``parents``, in index order."""
-        out: dict[int, list[int]] = {p: [] for p in parents}
+        # the drafter's children of a node are one block row (``drafter_children``); only the
+        # n-gram nodes, appended after them, are searched
+        out: dict[int, list[int]] = {p: list(self.drafter_children(p)) for p in parents}
         get = out.get
-        for j, p in enumerate(self.parent):
+        D = self.n_drafted
+        for j, p in enumerate(self.parent[D:], start=D):
             kids = get(p)
             if kids is not None:
                 kids.append(j)
