@@ -93,10 +93,10 @@ class CandidateSet:
         spine = np.ones(B)
         if B > 1:
             np.cumprod(qa[:D:K][: B - 1], out=spine[1:])
-        head = (qa[:D].reshape(B, K) * spine[:, None]).ravel().tolist() if D else []
+        head = (qa[:D].reshape(B, K) * spine[:, None]).ravel()
         if len(qa) == D:
-            return np.asarray(head, dtype=np.float64)
-        out = head
+            return head
+        out = head.tolist()
         parent = self.parent
         for j, qj in enumerate(qa[D:].tolist(), start=D):
             p = parent[j]
