@@ -291,8 +291,7 @@ class AdaSparkRule(WidthRule):
         is_ng = counts_as_ngram(cands, self.agreed_counts)
         order_arr, S, s_ng = ngram_order(cands, q, is_ng)
         n = len(cands)
-        rank = np.empty(n, dtype=np.int64)
-        rank[order_arr] = np.arange(n)
+        rank = np.argsort(order_arr)   # the order's inverse permutation: each candidate's rank
         rc.s, rc.s_ng, rc.rank = S, s_ng, rank
         order = order_arr.tolist()
         self._tick("order")
