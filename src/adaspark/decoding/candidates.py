@@ -37,6 +37,8 @@ class CandidateSet:
     contradicted a drafter candidate, -1 for none), ``evidence`` and ``run`` (an n-gram or agreed
     node's evidence class and the n-gram nodes above it on its path), ``src_p`` (the proposal's
     probability) and ``marked`` (drafter candidates a chain agreed with or contradicted).
+    ``by_edge`` maps ``(parent, token)`` to an n-gram node (a drafter candidate is found from the
+    block's layout: :meth:`child`).
     """
 
     __slots__ = ("B", "K", "agreed", "by_edge", "contra", "evidence", "head_q", "kind", "marked",
@@ -120,6 +122,16 @@ class CandidateSet:
                 return range(i * K, (i + 1) * K)
         return range(0)
 
+    def child(self, node: int, token: int) -> int | None:
+        """The candidate below ``node`` (-1 is the anchor) carrying ``token``, or ``None``: a
+        drafter candidate (the last of its block row with that token), else an n-gram node."""
+        kids = self.drafter_children(node)
+        if kids:
+            row = self.tokens[kids.start:kids.stop]
+            if token in row:
+                return kids.stop - 1 - row[::-1].index(token)
+        return self.by_edge.get((node, token))
+
     def children_of(self, parents: Iterable[int]) -> dict[int, list[int]]:
         """Every candidate (placed or not) of each parent in ``parents``, in index order."""
         # the drafter's children of a node are one block row (``drafter_children``); only the
@@ -194,5 +206,4 @@ def from_block(block: Block, n_positions: int | None = None, siblings: bool = Tr
     cs.run = [0] * n
     cs.contra = [-1] * n
     cs.src_p = [0.0] * n
-    cs.by_edge = dict(zip(zip(parent, cs.tokens, strict=True), range(n), strict=True))
     return cs

@@ -229,7 +229,7 @@ def add_chains(index: NgramIndex, tree: CandidateSet, depth_limit: int, max_adde
             ev = index.evidence(prop)
             p = precision[ev]
             token = prop.token
-            existing = tree.by_edge.get((node, token))
+            existing = tree.child(node, token)
             for c in tree.drafter_children(node):
                 if c != existing and not tree.agreed[c]:
                     tree.contra[c] = ev
