@@ -187,13 +187,19 @@ class AcceptanceModel:
         w = self.w   # Python floats: the same products as the array's, without its indexing
         B, D = tree.B, tree.n_drafted
         f = terms.features
-        s = np.zeros(len(tree))
+        n = len(tree)
         if D:
             depth = w[DEPTH] * np.arange(B, dtype=np.float64)
             common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + depth
             blk = w[A_SIB] + w[A_SIB + 1] * f.logr + common[:, None]
             blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls + depth
-            s[:D] = blk.ravel()
+            if n == D:   # the block alone: its scores are the array itself
+                s = blk.reshape(D)
+            else:
+                s = np.zeros(n)
+                s[:D] = blk.ravel()
+        else:
+            s = np.zeros(n)
         s += w[CONTEXT] * terms.u + self.b
         if len(terms.idx):
             s[terms.idx] += self.weights()[terms.coef] + terms.base
