@@ -77,10 +77,13 @@ class NgramIndex:
         tail = self.tail
         best: tuple[int, int] | None = None
         n_ctx = len(ctx)
+        cap = min(self.cfg.copy_max_match, n_ctx)   # no match is longer: stop once one is
         for p in reversed(seen):
-            length = common_suffix(ctx, n_ctx, tail, p, min(self.cfg.copy_max_match, n_ctx, p))
+            length = common_suffix(ctx, n_ctx, tail, p, min(cap, p))
             if length >= k and (best is None or length > best[0]):
                 best = (length, p)
+                if length >= cap:
+                    break
         return best
 
     def step(self, ctx: list[int]) -> Proposal | None:
