@@ -37,6 +37,8 @@ class CandidateSet:
     contradicted a drafter candidate, -1 for none), ``evidence`` and ``run`` (an n-gram or agreed
     node's evidence class and the n-gram nodes above it on its path), ``src_p`` (the proposal's
     probability) and ``marked`` (drafter candidates a chain agreed with or contradicted).
+    ``by_edge`` maps ``(parent, token)`` to an n-gram node (a drafter candidate is found from the
+    block's layout: :meth:`child`).
     """
 
     __slots__ = ("B", "K", "agreed", "by_edge", "contra", "evidence", "head_q", "kind", "marked",
@@ -93,10 +95,10 @@ class CandidateSet:
         spine = np.ones(B)
         if B > 1:
             np.cumprod(qa[:D:K][: B - 1], out=spine[1:])
-        head = (qa[:D].reshape(B, K) * spine[:, None]).ravel().tolist() if D else []
+        head = (qa[:D].reshape(B, K) * spine[:, None]).ravel()
         if len(qa) == D:
-            return np.asarray(head, dtype=np.float64)
-        out = head
+            return head
+        out = head.tolist()
         parent = self.parent
         for j, qj in enumerate(qa[D:].tolist(), start=D):
             p = parent[j]
@@ -120,11 +122,24 @@ class CandidateSet:
                 return range(i * K, (i + 1) * K)
         return range(0)
 
+    def child(self, node: int, token: int) -> int | None:
+        """The candidate below ``node`` (-1 is the anchor) carrying ``token``, or ``None``: a
+        drafter candidate (the last of its block row with that token), else an n-gram node."""
+        kids = self.drafter_children(node)
+        if kids:
+            row = self.tokens[kids.start:kids.stop]
+            if token in row:
+                return kids.stop - 1 - row[::-1].index(token)
+        return self.by_edge.get((node, token))
+
     def children_of(self, parents: Iterable[int]) -> dict[int, list[int]]:
         """Every candidate (placed or not) of each parent in ``parents``, in index order."""
-        out: dict[int, list[int]] = {p: [] for p in parents}
+        # the drafter's children of a node are one block row (``drafter_children``); only the
+        # n-gram nodes, appended after them, are searched
+        out: dict[int, list[int]] = {p: list(self.drafter_children(p)) for p in parents}
         get = out.get
-        for j, p in enumerate(self.parent):
+        D = self.n_drafted
+        for j, p in enumerate(self.parent[D:], start=D):
             kids = get(p)
             if kids is not None:
                 kids.append(j)
@@ -191,5 +206,4 @@ def from_block(block: Block, n_positions: int | None = None, siblings: bool = Tr
     cs.run = [0] * n
     cs.contra = [-1] * n
     cs.src_p = [0.0] * n
-    cs.by_edge = dict(zip(zip(parent, cs.tokens, strict=True), range(n), strict=True))
     return cs

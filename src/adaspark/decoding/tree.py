@@ -158,7 +158,7 @@ def checked_q(q: Sequence[float]) -> np.ndarray:
 def order_by_products(Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Proposition 1's order and ``S`` from the path products ``Q`` (see
     :func:`best_first_order`)."""
-    order = np.lexsort((np.arange(len(Q)), -Q))  # primary key -Q, ties by index
+    order = np.argsort(-Q, kind="stable")  # by -Q, ties by index (a stable sort keeps it)
     S = np.zeros(len(Q) + 1)
     np.cumsum(Q[order], out=S[1:])
     return order, S

@@ -187,13 +187,19 @@ class AcceptanceModel:
         w = self.w   # Python floats: the same products as the array's, without its indexing
         B, D = tree.B, tree.n_drafted
         f = terms.features
-        s = np.zeros(len(tree))
+        n = len(tree)
         if D:
             depth = w[DEPTH] * np.arange(B, dtype=np.float64)
             common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + depth
             blk = w[A_SIB] + w[A_SIB + 1] * f.logr + common[:, None]
             blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls + depth
-            s[:D] = blk.ravel()
+            if n == D:   # the block alone: its scores are the array itself
+                s = blk.reshape(D)
+            else:
+                s = np.zeros(n)
+                s[:D] = blk.ravel()
+        else:
+            s = np.zeros(n)
         s += w[CONTEXT] * terms.u + self.b
         if len(terms.idx):
             s[terms.idx] += self.weights()[terms.coef] + terms.base
@@ -205,26 +211,35 @@ class AcceptanceModel:
 
     # -- learning ---------------------------------------------------------------------------
 
-    def _ftrl(self, i: int, g: float) -> None:
-        """One FTRL-Proximal step of coefficient ``i`` on its deviation from the prior, gated."""
-        rate, cap, gate_k, beta, l2 = self._ftrl_constants[i >= NEW]
-        prior = self.prior[i]
-        d = self.w[i] - prior
-        n_old = self.n[i]
-        n_new = n_old + g * g
-        if n_new > cap:
-            n_new = cap
-        sq_new = math.sqrt(n_new)
-        z = self.z[i] + g - (sq_new - math.sqrt(n_old)) / rate * d
-        self.z[i] = z
-        self.n[i] = n_new
-        m = self.m[i] + 1.0
-        self.m[i] = m
-        gate = gate_k * (math.sqrt(m) if self._gate_updates else sq_new)
-        if abs(z) <= gate:
-            self.w[i] = prior
-        else:
-            self.w[i] = prior - (z - math.copysign(gate, z)) / ((beta + sq_new) / rate + l2)
+    def _ftrl(self, steps: Sequence[tuple[int, float]]) -> None:
+        """FTRL-Proximal steps ``(coefficient, gradient)`` on each coefficient's deviation from
+        the prior, gated; each coefficient at most once (the steps are independent). Non-finite
+        gradients are skipped."""
+        w, z_, n_, m_, prior_ = self.w, self.z, self.n, self.m, self.prior
+        consts = self._ftrl_constants
+        gate_updates = self._gate_updates
+        sqrt, copysign, finite = math.sqrt, math.copysign, math.isfinite
+        for i, g in steps:
+            if not finite(g):
+                continue
+            rate, cap, gate_k, beta, l2 = consts[i >= NEW]
+            prior = prior_[i]
+            d = w[i] - prior
+            n_old = n_[i]
+            n_new = n_old + g * g
+            if n_new > cap:
+                n_new = cap
+            sq_new = sqrt(n_new)
+            z = z_[i] + g - (sq_new - sqrt(n_old)) / rate * d
+            z_[i] = z
+            n_[i] = n_new
+            m = m_[i] + 1.0
+            m_[i] = m
+            gate = gate_k * (sqrt(m) if gate_updates else sq_new)
+            if abs(z) <= gate:
+                w[i] = prior
+            else:
+                w[i] = prior - (z - copysign(gate, z)) / ((beta + sq_new) / rate + l2)
 
     def learn_group(self, tree: CandidateSet, group: list[int], label: int | None,
                     p: list[float], coef_of: dict[int, int], u: float,
@@ -266,24 +281,26 @@ class AcceptanceModel:
             if cb is not None:
                 g_bucket[cb] = g_bucket.get(cb, 0.0) + d
                 labels[cb] += 1
-        ftrl, finite = self._ftrl, math.isfinite
-        steps: list[tuple[int, float, int]] = []   # (coefficient, gradient, candidates read)
+        finite = math.isfinite
+        steps: list[tuple[int, float]] = []   # (coefficient, gradient)
         if n_pick:
-            steps += ((A_PICK, gp0, n_pick), (A_PICK + 1, gp1, n_pick), (A_PICK + 2, gp2, n_pick))
+            steps += ((A_PICK, gp0), (A_PICK + 1, gp1), (A_PICK + 2, gp2))
+            labels[A_PICK] += n_pick
+            labels[A_PICK + 1] += n_pick
+            labels[A_PICK + 2] += n_pick
         if n_sib:
-            steps += ((A_SIB, gs0, n_sib), (A_SIB + 1, gs1, n_sib), (A_SIB + 2, gs2, n_sib),
-                      (A_SIB + 3, gs3, n_sib))
+            steps += ((A_SIB, gs0), (A_SIB + 1, gs1), (A_SIB + 2, gs2), (A_SIB + 3, gs3))
+            for ci in range(A_SIB, A_SIB + 4):
+                labels[ci] += n_sib
         if n_dep:
-            steps.append((DEPTH, g_dep, n_dep))
+            steps.append((DEPTH, g_dep))
+            labels[DEPTH] += n_dep
         if n_ctx:
-            steps.append((CONTEXT, g_ctx, n_ctx))
-        for ci, gi, count in steps:
-            labels[ci] += count
-            if finite(gi):
-                ftrl(ci, gi)
-        for cb, gi in g_bucket.items():
-            if finite(gi):
-                ftrl(cb, gi)
+            steps.append((CONTEXT, g_ctx))
+            labels[CONTEXT] += n_ctx
+        if g_bucket:
+            steps += g_bucket.items()
+        self._ftrl(steps)
         self._w_arr = None
         c = self.cfg
         if finite(gb):

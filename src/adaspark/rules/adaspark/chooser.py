@@ -381,7 +381,8 @@ def ngram_order(cands: CandidateSet, q: np.ndarray,
     ``is_ng`` marks) under ``q``."""
     order, S = order_by_products(cands.path_products(checked_q(q)))
     s_ng = np.zeros(len(S))
-    np.cumsum(np.diff(S) * is_ng[order], out=s_ng[1:])
+    if is_ng.any():   # else every term is 0 (S never falls, so no -0.0 either)
+        np.cumsum(np.diff(S) * is_ng[order], out=s_ng[1:])
     return order, S, s_ng
 
 

@@ -383,13 +383,13 @@ class CostClass:
 
     def price(self, phi: Basis, clock_now: float) -> float | None:
         """Eq. (5) at the context of ``phi``; ``None`` until the class has its measurements."""
-        if not self.priced:
+        if self.measured < self.cfg.measurements_before_priced:   # not yet ``priced``
             return None
-        p = self.law.predict(phi)
-        if p is None:
+        law = self.law
+        if law.scale is None or law.seen == 0:   # not fitted: ``law.predict`` is None
             base = self.level.lowest()  # its lowest measured time, until the law is fitted
         else:
-            base = p * self.level.value
+            base = law.predict(phi) * self.level.value  # type: ignore[operator]
         return base * clock_now / self.clock_at
 
     def observe(self, context: int, t: float, phi: Basis, clock_now: float) -> None:

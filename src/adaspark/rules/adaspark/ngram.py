@@ -77,10 +77,13 @@ class NgramIndex:
         tail = self.tail
         best: tuple[int, int] | None = None
         n_ctx = len(ctx)
+        cap = min(self.cfg.copy_max_match, n_ctx)   # no match is longer: stop once one is
         for p in reversed(seen):
-            length = common_suffix(ctx, n_ctx, tail, p, min(self.cfg.copy_max_match, n_ctx, p))
+            length = common_suffix(ctx, n_ctx, tail, p, min(cap, p))
             if length >= k and (best is None or length > best[0]):
                 best = (length, p)
+                if length >= cap:
+                    break
         return best
 
     def step(self, ctx: list[int]) -> Proposal | None:
@@ -229,7 +232,7 @@ def add_chains(index: NgramIndex, tree: CandidateSet, depth_limit: int, max_adde
             ev = index.evidence(prop)
             p = precision[ev]
             token = prop.token
-            existing = tree.by_edge.get((node, token))
+            existing = tree.child(node, token)
             for c in tree.drafter_children(node):
                 if c != existing and not tree.agreed[c]:
                     tree.contra[c] = ev

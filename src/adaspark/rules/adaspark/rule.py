@@ -291,8 +291,7 @@ class AdaSparkRule(WidthRule):
         is_ng = counts_as_ngram(cands, self.agreed_counts)
         order_arr, S, s_ng = ngram_order(cands, q, is_ng)
         n = len(cands)
-        rank = np.empty(n, dtype=np.int64)
-        rank[order_arr] = np.arange(n)
+        rank = np.argsort(order_arr)   # the order's inverse permutation: each candidate's rank
         rc.s, rc.s_ng, rc.rank = S, s_ng, rank
         order = order_arr.tolist()
         self._tick("order")
@@ -309,10 +308,16 @@ class AdaSparkRule(WidthRule):
                                  max_rows=state.max_rows)
         if rc.why == "cold-start" and self.table is not None and tree.n_rows < width:
             self.table.short_measurement(width, tree.n_rows)
-        placed = order[:keep]
-        Qp = S[rank[placed] + 1] - S[rank[placed]] if placed else np.zeros(0)
+        # the placed nodes are the first ``keep`` of the order (exploration swaps the last one
+        # for an n-gram node further down): their own Q, read off S at their ranks
+        if rc.explored:
+            placed = np.asarray(order[:keep], dtype=np.int64)
+            Qp = S[rank[placed] + 1] - S[rank[placed]]
+        else:
+            placed = order_arr[:keep]
+            Qp = S[1:keep + 1] - S[:keep]
         s_all = float(Qp.sum())
-        s_ngram = float((Qp * is_ng[placed]).sum()) if placed else 0.0
+        s_ngram = float((Qp * is_ng[placed]).sum()) if keep > 0 else 0.0
         rc.s_chosen = (s_all, s_all - s_ngram, s_ngram)
         rc.order = order
         rc.width = tree.n_rows
@@ -344,6 +349,7 @@ class AdaSparkRule(WidthRule):
         phi = table.basis(c)
         u = c / self.cfg.cost_model.context_basis_unit
         prices = table.class_prices(phi)
+        own = dict(prices)
         offered = envelope(prices)
         rc.offered = offered
         tops = [w for w, _ in offered] or table.widths()
@@ -358,7 +364,7 @@ class AdaSparkRule(WidthRule):
         if meas is not None:
             self._tick("pricing")
             rc.why = "cold-start"
-            rc.predicted_verify = dict(prices).get(meas)
+            rc.predicted_verify = own.get(meas)
             return meas
         if not offered:  # bounded: nothing priced yet, so nothing to pass a width over for
             meas = table.measurement_width()
@@ -371,10 +377,10 @@ class AdaSparkRule(WidthRule):
         pick = choose(valuer, offered, incumbent, cw)
         rc.width_chosen, rc.incumbent_before = pick.width, incumbent
         self.incumbent = pick.width
-        rc.predicted_verify = dict(offered)[pick.width]
-        table.hold(pick.width)
-        held_price = dict(prices)[pick.width]
+        held_price = own[pick.width]   # an offered width's price is its own (Prop. 2)
         assert held_price is not None
+        rc.predicted_verify = held_price
+        table.hold(pick.width)
         table.split(lambda w, p: could_beat(valuer, w, p, pick.width, held_price, cw), prices)
         self._tick("choice")
         return pick.width
