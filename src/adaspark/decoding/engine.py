@@ -408,9 +408,9 @@ class Target(Model):
                               "its one context layout for every arm (pass plain=False)")
         # A tree needs a sequence per leaf in one unified cache; plain decode needs one
         # sequence, and then gets llama-server's `--parallel 1` context (one sequence, its own
-        # stream): 1.4-3% faster per token at 3k tokens of context than 64 unified sequences,
-        # the same tokens (tiny model, decodes interleaved token by token on a busy machine;
-        # issue 12, plain-decode parity).
+        # stream), the same tokens. Its speed against 64 unified sequences was within the noise
+        # of a busy 2-core machine (0.91-1.04 per token at 3k tokens of context, tiny model,
+        # interleaved): `benchmarks/plain_context.py` measures it (issue 12).
         super().__init__(path, n_ctx, exact=exact, threads=threads,
                          n_seq_max=1 if plain else 64, kv_unified=not plain)
         self.max_rows = 1 if plain else MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
