@@ -83,6 +83,8 @@ def test_health_and_models(ours):
     assert m["meta"]["arm"]["name"] == "chain3" and m["meta"]["exact"] is True
     assert m["meta"]["models"]["target"]["sha256"]
     assert m["meta"]["chat_template"]["format"] == "tagged"
+    ctx = m["meta"]["context_params"]  # a tree arm's target: 64 sequences in one cache
+    assert (ctx["n_seq_max"], ctx["kv_unified"], ctx["flash_attn"]) == (64, True, "on")
 
 
 def test_bad_requests_get_errors_and_the_server_stays_up(ours):

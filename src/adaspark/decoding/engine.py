@@ -170,6 +170,25 @@ def prefill_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
     return [(a, min(a + chunk, end)) for a in range(start, end, chunk)]
 
 
+def context_record(cp, mp, *, exact: bool, n_ctx_asked: int) -> dict[str, object]:
+    """The context parameters a run records, named as llama-server's flags, so that its settings
+    and ours can be compared (issue 12, plain-decode parity; README "Plain decode parity")."""
+    ll = _llama()
+    fa = {ll.LLAMA_FLASH_ATTN_TYPE_AUTO: "auto", ll.LLAMA_FLASH_ATTN_TYPE_ENABLED: "on",
+          ll.LLAMA_FLASH_ATTN_TYPE_DISABLED: "off"}.get(cp.flash_attn_type, "?")
+    types = {ll.GGML_TYPE_F16: "f16", ll.GGML_TYPE_F32: "f32", ll.GGML_TYPE_Q8_0: "q8_0"}
+    load = {getattr(ll, f"LLAMA_LOAD_MODE_{m}"): m.lower()
+            for m in ("AUTO", "DIRECT_IO", "MLOCK", "MMAP", "MMAP_MLOCK", "NONE")}
+    return {"ctx_size": n_ctx_asked, "batch_size": int(cp.n_batch),
+            "ubatch_size": int(cp.n_ubatch), "threads": int(cp.n_threads),
+            "threads_batch": int(cp.n_threads_batch), "flash_attn": fa,
+            "cache_type_k": types.get(int(cp.type_k), str(cp.type_k)),
+            "cache_type_v": types.get(int(cp.type_v), str(cp.type_v)),
+            "n_seq_max": int(cp.n_seq_max), "kv_unified": bool(cp.kv_unified),
+            "load_mode": load.get(int(mp.load_mode), str(mp.load_mode)),
+            "repack": bool(mp.use_extra_bufts), "tiled_mm": not exact}
+
+
 class Model:
     """A loaded GGUF with its vocabulary and chat template, and one context over it."""
 
@@ -182,6 +201,7 @@ class Model:
         threads: int | None = None,
         n_seq_max: int = 64,
         n_batch: int = 512,
+        kv_unified: bool = True,
     ) -> None:
         path = Path(path)
         if not path.is_file():
@@ -208,7 +228,7 @@ class Model:
         cp.n_batch = n_batch
         cp.n_ubatch = n_batch
         cp.n_seq_max = n_seq_max
-        cp.kv_unified = True
+        cp.kv_unified = kv_unified
         nt = threads or os.cpu_count() or 1
         cp.n_threads = nt
         cp.n_threads_batch = nt
@@ -225,6 +245,7 @@ class Model:
         self.n_batch = min(n_batch, int(ll.llama_n_batch(self.ctx)))
         self.mem = ll.llama_get_memory(self.ctx)
         self.n_seq_max = n_seq_max
+        self.context_params = context_record(cp, mp, exact=exact, n_ctx_asked=n_ctx)
         self._batch = ll.llama_batch_init(max(n_batch, MAX_ROWS_FAST), 0, n_seq_max)
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
 
@@ -385,12 +406,26 @@ class Target(Model):
     decoded before (fast kernels give a row values that depend on its batch), so a fresh process
     (a resumed run's new server) makes the reply an uninterrupted one makes. :meth:`prefill`
     returns what it reused and decoded (:class:`Prefill`).
+
+    Plain decode. ``plain=True`` (fast mode only) makes a target that verifies one row: its
+    context holds one sequence in its own stream, as llama-server's ``--parallel 1`` context
+    does, so that the ``ar`` arm and ``llamacpp-ar`` decode on the same context settings
+    (:attr:`context_params` records them).
     """
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, threads: int | None = None,
-                 prefill_chunk: int | None = None):
-        super().__init__(path, n_ctx, exact=exact, threads=threads, n_seq_max=64)
-        self.max_rows = MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
+                 prefill_chunk: int | None = None, plain: bool = False):
+        if plain and exact:
+            raise EngineError("a plain-decode target is a fast-mode context; exact mode keeps "
+                              "its one context layout for every arm (pass plain=False)")
+        # A tree needs a sequence per leaf in one unified cache; plain decode needs one
+        # sequence, and then gets llama-server's `--parallel 1` context (one sequence, its own
+        # stream), the same tokens. Its speed against 64 unified sequences was within the noise
+        # of a busy 2-core machine (0.91-1.04 per token at 3k tokens of context, tiny model,
+        # interleaved): `benchmarks/plain_context.py` measures it (issue 12).
+        super().__init__(path, n_ctx, exact=exact, threads=threads,
+                         n_seq_max=1 if plain else 64, kv_unified=not plain)
+        self.max_rows = 1 if plain else MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
         if self.n_batch < self.max_rows:
             self.close()
             raise EngineError(

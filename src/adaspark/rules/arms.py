@@ -58,7 +58,10 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
     threads = cfg.get("threads")
     rule = make_arm_rule(arm, scheduler_mapping(cfg), **rule_extra)
     tpath, tsha = model_files.resolve(target_cfg)
-    target = Target(tpath, target_cfg.n_ctx, exact=exact, threads=threads)
+    # A rule without a drafter verifies one row: plain decode, on llama-server's context
+    # settings in fast mode (Target, "Plain decode").
+    target = Target(tpath, target_cfg.n_ctx, exact=exact, threads=threads,
+                    plain=not rule.uses_drafter and not exact)
     models = {"target": {"path": str(tpath), "sha256": tsha}}
     drafter = None
     if rule.uses_drafter:

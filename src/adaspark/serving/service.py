@@ -158,6 +158,7 @@ class ArmService:
             "target": OmegaConf.to_container(cfg.target, resolve=True),
             "drafter": OmegaConf.to_container(cfg.drafter, resolve=True),
             "threads": cfg.get("threads"),
+            "context_params": self.parts.target.context_params,
             "chat_template": {"source": self.template_source,
                               "sha256": hashlib.sha256(self.template.encode()).hexdigest(),
                               "tools": self.caps.tools, "format": self.caps.format,
