@@ -506,6 +506,7 @@ def test_arm_files_build_their_rules(name: str, kind: type, width: object) -> No
         assert (rule.model is None) == (name in ("tree16", "costmodel"))
         assert rule.ngram_on == (name not in ("tree16", "costmodel"))
         assert rule.offer_width1 == (name == "adaspark-w1")
+        assert rule.bounded == (name == "adaspark-w1")  # the extension's bounded cold start
 
 
 # -- the named alternatives (CHOICE keys): what each setting does, on a synthetic case --------
