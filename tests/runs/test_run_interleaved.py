@@ -37,7 +37,7 @@ def _tokens(out: Path) -> dict[tuple, tuple]:
 
 def test_interleaved_matches_sequential_resumes_and_is_recorded(tmp_path):
     sets = load_checked_sets(REPO / "data" / "testset")
-    seq_cfg = compose_for_run(BASE)
+    seq_cfg = compose_for_run([*BASE, "run.order=sequential"])  # the preset's is interleaved
     seq_settings = RunSettings.from_config(seq_cfg)
     assert seq_settings.order == "sequential"
     run_arms(seq_cfg, ARMS, tmp_path / "seq", seq_settings)

@@ -107,15 +107,16 @@ class VerifyResult:
     ``verify_s`` is the whole verify of the tree's rows, the time the cost model learns (§3.2):
     ``build_s`` (sharing the prefix with each leaf sequence, ``llama_memory_seq_cp``, and filling
     the batch: both grow with the width), ``decode_s`` (the forward, ``llama_decode``) and the
-    read-out of the argmax (and gaps) after it. ``backlog_s`` is exact mode's forward of the
-    previous round's accepted path (the class docstring): its own batch before the tree's,
-    outside ``verify_s``, so a class of n rows is charged for n rows."""
+    read-out of the argmax (and gaps) after it. ``backlog_rows`` counts the rows exact mode
+    decodes again at the head of the batch (the previous round's accepted path, the class
+    docstring): in exact mode the batch holds them beside the tree's rows, so its time is that
+    of ``backlog_rows`` more rows; fast mode has none. Measurement runs use fast mode."""
 
     argmax: np.ndarray
     verify_s: float
     build_s: float = 0.0
     decode_s: float = 0.0
-    backlog_s: float = 0.0
+    backlog_rows: int = 0
     gap: np.ndarray | None = None
     logits: np.ndarray | None = None
 
@@ -393,10 +394,11 @@ class Target(Model):
     path's cells: no extra work). Exact mode keeps sequence 0 contiguous and in position order:
     it drops every tree cell after the verify and decodes the accepted tokens again at the head of
     the next verify's batch (rows without logits, in sequence 0 and every leaf sequence), so each
-    token's KV is written once, in order. That re-decode is its own forward before the tree's
-    (``VerifyResult.backlog_s``), so the verify of an n-row tree decodes n rows in either mode;
-    it costs time, which is one reason exact mode is for correctness checks and fast mode for
-    measurement (HARNESS "Kernels").
+    token's KV is written once, in order. Those rows (``VerifyResult.backlog_rows``) cost time
+    in the verify's batch (decoding them in a forward of their own breaks exact mode's cache
+    order: tested), which is one reason exact mode is for correctness checks and fast mode for
+    measurement (HARNESS "Kernels"): every measurement run and the cost model's learning in them
+    are fast mode, where a verify of n rows decodes n rows.
 
     Prefill and history. A prefill writes the prompt's KV in chunks that start at multiples of
     ``prefill_chunk`` (128 positions in fast mode, 63 in exact mode) and keeps cached cells of the
@@ -510,10 +512,10 @@ class Target(Model):
         depths = tree.depths()
         if P + max(depths) >= self.n_ctx:
             raise EngineError(f"context full: {P} + {max(depths) + 1} rows > n_ctx {self.n_ctx}")
-        t0 = time.perf_counter()
-        self.flush()  # exact mode's backlog: its own forward, outside the tree's verify time
         t_build = time.perf_counter()
-        backlog_s = t_build - t0
+        if self.n_kv + tree.n_rows > P + self.max_rows:
+            self.flush()  # backlog and tree together would leave the exact path's widths
+        backlog = self.committed[self.n_kv : -1]
         if tree.n_rows == 1:
             seqs: list[list[int]] = [[0]]
         else:
@@ -525,7 +527,9 @@ class Target(Model):
                     seqs[r].append(k)
                     r = tree.parents[r]
                 ll.llama_memory_seq_cp(self.mem, 0, k, -1, -1)
-        self._fill(list(tree.tokens), [P + d for d in depths], seqs, [True] * tree.n_rows)
+        shared = [0, *range(1, len(seqs[0]) + 1)] if tree.n_rows > 1 else [0]
+        self._fill(backlog + list(tree.tokens), [*range(self.n_kv, P), *(P + d for d in depths)],
+                   [shared] * len(backlog) + seqs, [False] * len(backlog) + [True] * tree.n_rows)
         self._pending = (tree, seqs)
         build_s = time.perf_counter() - t_build
         try:
@@ -535,7 +539,7 @@ class Target(Model):
             raise
         lg = self.logits(tree.n_rows)
         res = VerifyResult(argmax=lg.argmax(axis=1).astype(np.int64), verify_s=0.0,
-                           build_s=build_s, decode_s=dt, backlog_s=backlog_s)
+                           build_s=build_s, decode_s=dt, backlog_rows=len(backlog))
         if want_gaps:
             res.gap = top2_gap(lg)
         if want_logits:

@@ -130,7 +130,7 @@ def generate(
                                   draft_s=block.draft_s if block is not None else 0.0,
                                   commit_s=commit_s, round_s=time.perf_counter() - t_since,
                                   build_s=res.build_s, decode_s=res.decode_s,
-                                  backlog_s=res.backlog_s)
+                                  backlog_rows=res.backlog_rows)
         gen.counts.add(outcome.counts)
         gen.verify_s += res.verify_s
         gen.width_hist[plan.tree.n_rows] = gen.width_hist.get(plan.tree.n_rows, 0) + 1

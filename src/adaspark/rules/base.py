@@ -115,7 +115,8 @@ class RoundOutcome:
     the width, the forward and the read-out: ``engine.VerifyResult``), ``build_s`` and
     ``decode_s`` its first two parts; ``draft_s`` is the drafter's part of D (the rest is the
     tree build: the rule's ``plan``); ``commit_s`` is the target's commit after the verify;
-    ``backlog_s`` exact mode's re-decode of the previous path (Figure 7's anatomy of a round).
+    ``backlog_rows`` the rows exact mode decodes again in the verify's batch (Figure 7's anatomy
+    of a round; 0 in fast mode).
     ``round_s`` is the whole round, the time rho is priced over (§3.4: "measured over whole
     rounds"): from the end of the previous round's ``observe`` (the request's decode start for
     its first round) to this round's ``observe``, so the previous round's learning, streaming
@@ -132,17 +133,17 @@ class RoundOutcome:
     round_s: float = 0.0
     build_s: float = 0.0
     decode_s: float = 0.0
-    backlog_s: float = 0.0
+    backlog_rows: int = 0
 
     @classmethod
     def of(cls, plan: RoundPlan, path: list[int], new_tokens: list[int], verify_s: float,
            fixed_s: float, draft_s: float = 0.0, commit_s: float = 0.0,
            round_s: float | None = None, build_s: float = 0.0, decode_s: float = 0.0,
-           backlog_s: float = 0.0) -> RoundOutcome:
+           backlog_rows: int = 0) -> RoundOutcome:
         """The outcome of verifying ``plan``, its rows counted by source."""
-        whole = fixed_s + verify_s + commit_s + backlog_s if round_s is None else round_s
+        whole = fixed_s + verify_s + commit_s if round_s is None else round_s
         return cls(path, new_tokens, verify_s, fixed_s, RoundCounts.of_round(plan, path),
-                   draft_s, commit_s, whole, build_s, decode_s, backlog_s)
+                   draft_s, commit_s, whole, build_s, decode_s, backlog_rows)
 
 
 class WidthRule(ABC):

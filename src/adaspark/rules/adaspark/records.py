@@ -62,7 +62,7 @@ class RoundRecord:
     commit_s: float                  # the target's commit after the verify (Figure 7)
     verify_build_s: float            # measured_verify_s's batch build (seq_cp, batch filling)
     verify_forward_s: float          # measured_verify_s's forward (llama_decode)
-    backlog_s: float                 # exact mode's re-decode of the previous path (0 in fast)
+    backlog_rows: int                # rows exact mode decodes again in the batch (0 in fast)
     round_s: float                   # the whole round rho is priced over (RoundOutcome.round_s)
     learn_s: float                   # this round's observe (learning, logging; in the next
                                      #   round's round_s)
@@ -177,7 +177,7 @@ def round_record(request_id: str, round_index: int, rc: RoundContext, plan: Roun
         draft_s=outcome.draft_s if drafted else 0.0,
         tree_build_s=max(outcome.fixed_s - outcome.draft_s, 0.0) if drafted else 0.0,
         commit_s=outcome.commit_s, verify_build_s=outcome.build_s,
-        verify_forward_s=outcome.decode_s, backlog_s=outcome.backlog_s,
+        verify_forward_s=outcome.decode_s, backlog_rows=outcome.backlog_rows,
         round_s=outcome.round_s, learn_s=0.0,
         committed=len(outcome.new_tokens), accepted_path=list(outcome.path),
         rows_drafter=rows_src.get("drafter", 0), rows_agreed=rows_src.get("agreed", 0),
