@@ -249,6 +249,7 @@ class Model:
         self.context_params = context_record(cp, mp, exact=exact, n_ctx_asked=n_ctx)
         self._batch = ll.llama_batch_init(max(n_batch, MAX_ROWS_FAST), 0, n_seq_max)
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        self._pieces: dict[tuple[int, bool], bytes] = {}
 
     def close(self) -> None:
         ll = _llama()
@@ -291,6 +292,14 @@ class Model:
         return list(buf[:n])
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The token's piece (streaming asks for each generated token's: cached)."""
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = self._piece(token, special)
+        return piece
+
+    def _piece(self, token: int, special: bool) -> bytes:
         ll = _llama()
         buf = ctypes.create_string_buffer(64)
         n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
