@@ -52,8 +52,7 @@ def test_learning_moves_q_toward_the_labels() -> None:
     for _ in range(400):  # the pick at position 2 (head 0.3) is always the target's pick
         q = model.probabilities(tree, terms, parent).tolist()
         group = list(range(16, 24))
-        model.learn_group(tree, group, 24 - 8, [q[j] for j in group], terms.coef_of(),
-                          terms.u, lh, ls, logr)
+        model.learn_group(tree, group, 24 - 8, q, terms.coef_of(), terms.u, lh, ls, logr)
     q = model.probabilities(tree, terms, parent)
     assert q[16] > 0.6
     assert -A.intercept_band <= model.b <= A.intercept_band

@@ -242,11 +242,11 @@ class AcceptanceModel:
                 w[i] = prior - (z - copysign(gate, z)) / ((beta + sq_new) / rate + l2)
 
     def learn_group(self, tree: CandidateSet, group: list[int], label: int | None,
-                    p: list[float], coef_of: dict[int, int], u: float,
+                    q: list[float], coef_of: dict[int, int], u: float,
                     lh: list[float], ls: list[float], logr: list[list[float]]) -> None:
-        """One labelled parent: its candidates ``group``, the model's probabilities ``p`` for
-        them (computed before the round's labels), and which one carried the target's pick.
-        Each coefficient a candidate reads gets the sum of ``(p - y) x`` over the group (in the
+        """One labelled parent: its candidates ``group``, the model's probabilities ``q`` of every
+        candidate (computed before the round's labels), and which one carried the target's pick.
+        Each coefficient a candidate reads gets the sum of ``(q - y) x`` over the group (in the
         group's order), then one FTRL step; the intercept one AdaGrad step."""
         K, D = tree.K, tree.n_drafted
         # the gradient of each fixed coefficient, and how many candidates read it
@@ -254,12 +254,11 @@ class AcceptanceModel:
         n_pick = n_sib = n_dep = n_ctx = 0
         g_bucket: dict[int, float] = {}
         labels = self.labels
-        for j, pj in zip(group, p, strict=True):
-            d = pj - (1.0 if j == label else 0.0)
+        for j in group:
+            d = q[j] - (1.0 if j == label else 0.0)
             gb += d
             if j < D:
-                i = j // K
-                k = j - i * K
+                i, k = divmod(j, K)
                 if k == 0:
                     gp0 += d
                     gp1 += d * lh[i]
@@ -277,8 +276,8 @@ class AcceptanceModel:
             if u:
                 g_ctx += d * u
                 n_ctx += 1
-            cb = coef_of.get(j)
-            if cb is not None:
+            if j in coef_of:
+                cb = coef_of[j]
                 g_bucket[cb] = g_bucket.get(cb, 0.0) + d
                 labels[cb] += 1
         finite = math.isfinite
@@ -403,6 +402,8 @@ def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bo
     ls = features.ls.tolist() if fitted else []
     logr = features.logr.tolist() if fitted else []
     n_lab, loss_m, loss_h = 0, 0.0, 0.0
+    offset_q: list[float] = []     # the head offset's labelled nodes, in the round's order
+    offset_y: list[bool] = []
     for parent, pick in zip(parents, picks, strict=True):
         group = groups[parent]
         if not group:
@@ -416,9 +417,12 @@ def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bo
         if fitted:
             assert model is not None and q_model is not None
             model.score_guard(lm, lh_)
-            model.learn_group(cands, group, label, [q_model[j] for j in group], coef_of,
-                              u, lh, ls, logr)
+            model.learn_group(cands, group, label, q_model, coef_of, u, lh, ls, logr)
         if head is not None:
-            chosen = group if offset_all else [j for j in group if j in placed]
-            head.observe([head_raw[j] for j in chosen], [j == label for j in chosen])
+            for j in group:
+                if offset_all or j in placed:
+                    offset_q.append(head_raw[j])
+                    offset_y.append(j == label)
+    if head is not None:   # its steps read nothing the model's learning changes
+        head.observe(offset_q, offset_y)
     return n_lab, loss_m, loss_h
