@@ -298,7 +298,8 @@ class AcceptanceModel:
                     w[i] = prior - (zi - copysign(gate, zi)) / ((beta + sq_new) / rate + l2)
             if finite(gb):
                 b_g2 = min(b_g2 + gb * gb, b_cap)
-                b = min(max(b - b_rate * gb / (b_beta + sqrt(b_g2)), -band), band)
+                b = b - b_rate * gb / (b_beta + sqrt(b_g2))
+                b = -band if b < -band else band if b > band else b
         self.b, self.b_g2 = b, b_g2
         self._w_arr = None
 
@@ -370,7 +371,8 @@ class HeadEstimate:
                 qs = wq / (wq + 1.0 - q)
             g = qs - (1.0 if y else 0.0)
             g2 += g * g
-            b = min(max(b - rate * g / (beta + sqrt(g2)), -band), band)
+            b = b - rate * g / (beta + sqrt(g2))
+            b = -band if b < -band else band if b > band else b   # clamp, as min(max())
         self.b, self.g2 = b, g2
 
 

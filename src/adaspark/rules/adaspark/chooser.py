@@ -190,19 +190,17 @@ class Valuer:
         self.d_fixed = d_fixed
         self.rho = rho
 
-    def keep(self, width: int) -> int:
-        return min(max(width - 1, 0), self.order_len)
-
     def tokens(self, width: int) -> float:
-        """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``."""
-        k = self.keep(width)
-        d_all = self.s[k] - self.base_s
+        """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``
+        (the chooser values every offered width each round)."""
+        k = width - 1
+        k = 0 if k < 0 else self.order_len if k > self.order_len else k
+        base_s, g = self.base_s, self.g
+        d_all = self.s[k] - base_s
         d_ng = self.ng[k] - self.base_ng
         if k < self.base_keep:
-            gd, gn = self.g.d_below, self.g.n_below
-        else:
-            gd, gn = self.g.d, self.g.n
-        return 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
+            return 1.0 + base_s + g.d_below * (d_all - d_ng) + g.n_below * d_ng
+        return 1.0 + base_s + g.d * (d_all - d_ng) + g.n * d_ng
 
     def value(self, width: int, price: float) -> float:
         return priced_value(self.tokens(width), self.d_fixed + price, self.rho)
