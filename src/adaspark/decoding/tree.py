@@ -190,9 +190,13 @@ def prefix_tree(
             raise TreeError(f"prefix is not a tree: candidate {c} is placed without its parent")
     rows, row_parent = depth_first_rows(up)
     cand_of_row = [chosen[i] for i in rows]
-    toks = [anchor, *(tokens[c] for c in cand_of_row)]
-    srcs = ["anchor", *(sources[c] for c in cand_of_row)] if sources else []
-    return make_tree(toks, [-1, *row_parent], srcs, max_rows=max_rows), cand_of_row
+    n = len(cand_of_row) + 1
+    if n > max_rows:
+        raise TreeError(f"tree of {n} rows is wider than the widest verify ({max_rows} rows)")
+    # a depth-first layout lists every parent before its children: make_tree's checks hold
+    toks = tuple(map(int, (anchor, *(tokens[c] for c in cand_of_row))))
+    srcs = ("anchor", *(sources[c] for c in cand_of_row)) if sources else ()
+    return Tree(toks, (-1, *row_parent), srcs), cand_of_row
 
 
 def depth_first(ids: Sequence[int], parent_ids: Sequence[int]) -> list[int]:

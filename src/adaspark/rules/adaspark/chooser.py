@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from adaspark.decoding.candidates import CandidateSet
-from adaspark.decoding.tree import checked_q, order_by_products
+from adaspark.decoding.tree import order_by_products
 from adaspark.rules.adaspark.config import WidthChoiceConfig
 from adaspark.rules.adaspark.cost_law import context_band
 
@@ -376,8 +376,9 @@ def counts_as_ngram(cands: CandidateSet, agreed_counts: bool) -> np.ndarray:
 def ngram_order(cands: CandidateSet, q: np.ndarray,
                 is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
-    ``is_ng`` marks) under ``q``."""
-    order, S = order_by_products(cands.path_products(checked_q(q)))
+    ``is_ng`` marks) under ``q`` (in [0, 1] by construction: Eq. 6's softmax, or the head-based
+    estimate clipped and shifted, so unchecked here)."""
+    order, S = order_by_products(cands.path_products(q))
     s_ng = np.zeros(len(S))
     if is_ng.any():   # else every term is 0 (S never falls, so no -0.0 either)
         np.cumsum(np.diff(S) * is_ng[order], out=s_ng[1:])
