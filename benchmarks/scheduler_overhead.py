@@ -26,38 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from adaspark.rules.adaspark.cost_law import CostClass
 from adaspark.rules.adaspark.rule import AdaSparkRule
 from adaspark.rules.adaspark.simulator import (
+    WIDTHS_24,
     DrafterProcess,
     Environment,
     RisingCost,
     Simulator,
     TextProcess,
+    learn_widths,
 )
 from adaspark.rules.base import RoundOutcome, RoundState
-
-WIDTHS_24 = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 40, 48, 56,
-             60, 64)
-
-
-def learned_table(rule: AdaSparkRule, env: Environment, rng: np.random.Generator) -> None:
-    """Give the rule's table 24 learned widths, each measured at three contexts (fitted laws,
-    levels, clock), as a long-running deployment would have."""
-    table = rule.table
-    assert table is not None
-    cfg = table.cfg
-    table.classes = []
-    lo = 2
-    for hi in WIDTHS_24:
-        table.classes.append(CostClass(cfg, lo, hi))
-        lo = hi + 1
-    for ctx in (300, 300, 300, 1400, 1400, 1400, 5000, 5000, 5000, 1800):
-        phi = table.basis(ctx)
-        table.observe_fixed(ctx, env.fixed * (1 + 0.1 * rng.random()), phi)
-        for k in table.classes:
-            table.observe_verify(k.hi, ctx, env.cost(k.hi, ctx) * (1 + 0.1 * rng.random()), phi)
-    table.refit()
 
 
 def run(rounds: int, seed: int) -> dict:
@@ -68,7 +47,9 @@ def run(rounds: int, seed: int) -> dict:
     sim = Simulator(env)
     rule = AdaSparkRule()
     rule._ensure(env.max_rows)
-    learned_table(rule, env, np.random.default_rng(seed))
+    assert rule.table is not None
+    rng = np.random.default_rng(seed)
+    learn_widths(rule.table, env, WIDTHS_24, lambda i, j: 1 + 0.1 * rng.random())
     rule.profile = {}
     per_round: list[float] = []
     refit_ms: list[float] = []

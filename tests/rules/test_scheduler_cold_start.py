@@ -51,14 +51,14 @@ def test_the_time_floor_is_the_narrower_widths_measured_time() -> None:
     cfg = load_config("adaspark").cost_model
     table = WidthTable(cfg, 64)
     phi = table.basis(300)
-    k2, k4, k8 = table.classes[:3]
+    k2, k4 = table.classes[:2]
     for t in (0.08, 0.09, 0.085):
         k2.observe(300, t, phi, 1.0)        # priced: its lowest time until the law is fitted
     k4.observe(300, 0.20, phi, 1.0)         # one measurement: its lowest so far
-    prices = table.class_prices(phi)
-    assert table.time_floor(k2, prices, phi) == pytest.approx(0.08)
-    assert table.time_floor(k4, prices, phi) == pytest.approx(0.20)
-    assert table.time_floor(k8, prices, phi) == pytest.approx(0.20)
+    own = dict(table.class_prices(phi))
+    assert table.time_floor(0, own, None) == pytest.approx(0.08)
+    assert table.time_floor(1, own, None) == pytest.approx(0.20)
+    assert table.time_floor(2, own, None) == pytest.approx(0.20)
 
 
 def test_on_a_cost_linear_in_rows_with_a_weak_drafter_bounded_stops_at_a_few_rows() -> None:

@@ -15,6 +15,7 @@ from adaspark.decoding.tree import TreeError, checked_q, order_by_products, path
 from adaspark.rules.adaspark import acceptance as acc
 from adaspark.rules.adaspark.chooser import Gains, Valuer, choose, counts_as_ngram
 from adaspark.rules.adaspark.config import load_config
+from adaspark.rules.adaspark.features import block_features
 from adaspark.rules.adaspark.ngram import bump_follower, common_suffix
 
 CFG = load_config("adaspark", None)
@@ -110,11 +111,20 @@ def test_bump_follower_keeps_the_sorted_order_a_full_sort_gives() -> None:
     assert two == [[3, 2], [1, 1]]
 
 
-def test_group_loss_sums_each_candidates_log_loss() -> None:
+def test_learn_round_sums_each_candidates_log_loss() -> None:
+    """The anchor's four candidates, the bonus token 2 on candidate 1: the head-based loss is
+    each candidate's log loss, q clipped to [1e-12, 1 - 1e-12]."""
+    blk = Block(tokens=np.array([[1, 2, 3, 4]]), probs=np.array([[0.4, 0.3, 0.2, 0.1]]),
+                confidence=np.array([0.5]))
+    cands = from_block(blk)
+    feats = block_features(blk, CFG.acceptance_model.logit_eps, CFG.acceptance_model.log_r_floor)
     q = [0.5, 0.25, 0.0, 1.0]
-    got = acc.group_loss(q, [0, 1, 2], 1)
-    assert got == pytest.approx(-math.log(0.5) - math.log(0.25) - math.log(1.0 - 1e-12))
-    assert acc.group_loss(q, [3], None) == pytest.approx(-math.log(1e-12))
+    n, loss_m, loss_h = acc.learn_round(cands, feats, [], 2, q, q, None, None, set(), None,
+                                        None, False)
+    want = (-math.log(0.5) - math.log(0.25) - math.log(1.0 - 1e-12)
+            - math.log(1.0 - (1.0 - 1e-12)))
+    assert (n, loss_m) == (4, 0.0)
+    assert loss_h == pytest.approx(want, rel=1e-12)
 
 
 def test_the_head_offset_steps_in_order() -> None:

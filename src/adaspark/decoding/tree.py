@@ -178,17 +178,25 @@ def prefix_tree(
     Returns the tree and, per row after the anchor, the candidate index it holds.
     """
     chosen = [int(c) for c in order[: max(0, n_rows - 1)]]
-    chosen_set = set(chosen)
+    at = {c: i for i, c in enumerate(chosen)}
+    up: list[int] = []          # each chosen node's parent, as a position in ``chosen`` (-1: root)
     for c in chosen:
-        if parents[c] != -1 and parents[c] not in chosen_set:
+        p = parents[c]
+        if p == -1:
+            up.append(-1)
+        elif p in at:
+            up.append(at[p])
+        else:
             raise TreeError(f"prefix is not a tree: candidate {c} is placed without its parent")
-    rows = depth_first(chosen, [parents[c] for c in chosen])
-    cand_of_row = [chosen[r] for r in rows]
-    row_of_cand = {c: i + 1 for i, c in enumerate(cand_of_row)}
-    toks = [anchor] + [tokens[c] for c in cand_of_row]
-    pars = [-1] + [0 if parents[c] == -1 else row_of_cand[parents[c]] for c in cand_of_row]
-    srcs = ["anchor", *(sources[c] for c in cand_of_row)] if sources else []
-    return make_tree(toks, pars, srcs, max_rows=max_rows), cand_of_row
+    rows, row_parent = depth_first_rows(up)
+    cand_of_row = [chosen[i] for i in rows]
+    n = len(cand_of_row) + 1
+    if n > max_rows:
+        raise TreeError(f"tree of {n} rows is wider than the widest verify ({max_rows} rows)")
+    # a depth-first layout lists every parent before its children: make_tree's checks hold
+    toks = tuple(map(int, (anchor, *(tokens[c] for c in cand_of_row))))
+    srcs = ("anchor", *(sources[c] for c in cand_of_row)) if sources else ()
+    return Tree(toks, (-1, *row_parent), srcs), cand_of_row
 
 
 def depth_first(ids: Sequence[int], parent_ids: Sequence[int]) -> list[int]:
@@ -198,20 +206,30 @@ def depth_first(ids: Sequence[int], parent_ids: Sequence[int]) -> list[int]:
     anchor). Children keep their given order. Returns positions into ``ids``.
     """
     pos = {v: i for i, v in enumerate(ids)}
-    kids: dict[int, list[int]] = {}
+    return depth_first_rows([pos.get(p, -1) for p in parent_ids])[0]
+
+
+def depth_first_rows(up: Sequence[int]) -> tuple[list[int], list[int]]:
+    """:func:`depth_first` on positions: node ``i``'s parent is node ``up[i]`` (``-1``: a child of
+    the anchor, row 0). Returns the nodes in row order (row ``r + 1`` holds ``out[r]``) and the row
+    of each one's parent."""
+    kids: list[list[int]] = [[] for _ in up]
     roots: list[int] = []
-    for i, p in enumerate(parent_ids):
-        if p in pos:
-            kids.setdefault(pos[p], []).append(i)
-        else:
-            roots.append(i)
+    for i, p in enumerate(up):
+        (roots if p == -1 else kids[p]).append(i)
     out: list[int] = []
+    row_parent: list[int] = []
+    row_of = [0] * len(up)
     stack = roots[::-1]
     while stack:
         i = stack.pop()
         out.append(i)
-        stack.extend(kids.get(i, [])[::-1])
-    return out
+        row_of[i] = len(out)
+        p = up[i]
+        row_parent.append(0 if p == -1 else row_of[p])
+        if kids[i]:
+            stack.extend(reversed(kids[i]))
+    return out, row_parent
 
 
 # -- §2.2: greedy acceptance ------------------------------------------------------------------

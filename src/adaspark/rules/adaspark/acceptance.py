@@ -76,20 +76,6 @@ def shift(q: np.ndarray | float, b: float) -> Any:
     return w / (w + 1.0 - np.asarray(q))
 
 
-def group_loss(q: Sequence[float], group: Sequence[int], label: int | None) -> float:
-    """Binary log loss of a labelled parent's candidates ``group`` (``label``: the one that
-    carried the target's pick, ``None`` for none), summed in the group's order; each ``q[j]``
-    is clipped to ``[1e-12, 1 - 1e-12]``."""
-    log = math.log
-    lo, hi = 1e-12, 1.0 - 1e-12
-    total = 0.0
-    for j in group:
-        x = q[j]
-        x = lo if x < lo else hi if x > hi else x
-        total += -log(x) if j == label else -log(1.0 - x)
-    return total
-
-
 def prior_coefficients(cfg: AcceptanceConfig) -> np.ndarray:
     """The prior from the features' definitions (§3.3, "Learning"): the pick scores
     ``ln 2 + logit h``, a sibling ``log r``; share coefficients, psi and buckets start at 0."""
@@ -167,10 +153,6 @@ class AcceptanceModel:
         self.b_g2 = 0.0
         self._keep = 0.5 ** (1.0 / cfg.guard_half_life)
         self._gate_updates = cfg.gate_counts == "updates"
-        #: FTRL's constants: (rate, cap, gate, stabiliser, L2), drafter terms then buckets.
-        self._ftrl_constants = tuple(
-            (rate, cfg.squared_gradient_cap, cfg.prior_gate, cfg.drafter_ftrl_stabiliser,
-             cfg.drafter_l2) for rate in (cfg.drafter_ftrl_rate, cfg.ngram_bucket_ftrl_rate))
 
     # -- pricing ----------------------------------------------------------------------------
 
@@ -211,103 +193,115 @@ class AcceptanceModel:
 
     # -- learning ---------------------------------------------------------------------------
 
-    def _ftrl(self, steps: Sequence[tuple[int, float]]) -> None:
-        """FTRL-Proximal steps ``(coefficient, gradient)`` on each coefficient's deviation from
-        the prior, gated; each coefficient at most once (the steps are independent). Non-finite
-        gradients are skipped."""
-        w, z_, n_, m_, prior_ = self.w, self.z, self.n, self.m, self.prior
-        consts = self._ftrl_constants
-        gate_updates = self._gate_updates
-        sqrt, copysign, finite = math.sqrt, math.copysign, math.isfinite
-        for i, g in steps:
-            if not finite(g):
-                continue
-            rate, cap, gate_k, beta, l2 = consts[i >= NEW]
-            prior = prior_[i]
-            d = w[i] - prior
-            n_old = n_[i]
-            n_new = n_old + g * g
-            if n_new > cap:
-                n_new = cap
-            sq_new = sqrt(n_new)
-            z = z_[i] + g - (sq_new - sqrt(n_old)) / rate * d
-            z_[i] = z
-            n_[i] = n_new
-            m = m_[i] + 1.0
-            m_[i] = m
-            gate = gate_k * (sqrt(m) if gate_updates else sq_new)
-            if abs(z) <= gate:
-                w[i] = prior
-            else:
-                w[i] = prior - (z - copysign(gate, z)) / ((beta + sq_new) / rate + l2)
+    def learn_groups(self, tree: CandidateSet, groups: Sequence[tuple[list[int], int | None]],
+                     q: Sequence[float], coef_of: dict[int, int], u: float,
+                     lh: Sequence[float], ls: Sequence[float],
+                     logr: Sequence[Sequence[float]]) -> None:
+        """The round's labelled parents, in order: each ``(group, label)`` is a parent's
+        candidates and the one that carried the target's pick (``None``: none); ``q`` is the
+        model's probability of every candidate, computed before the round's labels.
 
-    def learn_group(self, tree: CandidateSet, group: list[int], label: int | None,
-                    p: list[float], coef_of: dict[int, int], u: float,
-                    lh: list[float], ls: list[float], logr: list[list[float]]) -> None:
-        """One labelled parent: its candidates ``group``, the model's probabilities ``p`` for
-        them (computed before the round's labels), and which one carried the target's pick.
-        Each coefficient a candidate reads gets the sum of ``(p - y) x`` over the group (in the
-        group's order), then one FTRL step; the intercept one AdaGrad step."""
+        Per group, each coefficient a candidate reads gets ``g = sum_j (q_j - y_j) x_j`` over the
+        group (in the group's order), then one gated FTRL-Proximal step on its deviation
+        ``d = w - prior`` from the prior (non-finite ``g`` skipped)::
+
+            n' = min(n + g^2, cap)        z' = z + g - (sqrt(n') - sqrt(n)) / rate * d
+            gate = prior_gate * (sqrt(m') | sqrt(n'))       (m' = m + 1: ``gate_counts``)
+            w' = prior                                       if |z'| <= gate
+            w' = prior - (z' - sign(z') gate) / ((beta + sqrt(n')) / rate + l2)   else
+
+        and the intercept one AdaGrad step ``b' = clamp(b - rate_b gb / (beta_b +
+        sqrt(min(G + gb^2, cap_b))))`` on ``gb = sum_j (q_j - y_j)``. Written with local
+        variables: a round takes about 40 such steps."""
         K, D = tree.K, tree.n_drafted
-        # the gradient of each fixed coefficient, and how many candidates read it
-        gp0 = gp1 = gp2 = gs0 = gs1 = gs2 = gs3 = g_dep = g_ctx = gb = 0.0
-        n_pick = n_sib = n_dep = n_ctx = 0
-        g_bucket: dict[int, float] = {}
-        labels = self.labels
-        for j, pj in zip(group, p, strict=True):
-            d = pj - (1.0 if j == label else 0.0)
-            gb += d
-            if j < D:
-                i = j // K
-                k = j - i * K
-                if k == 0:
-                    gp0 += d
-                    gp1 += d * lh[i]
-                    gp2 += d * ls[i]
-                    n_pick += 1
-                else:
-                    gs0 += d
-                    gs1 += d * logr[i][k]
-                    gs2 += d * lh[i]
-                    gs3 += d * ls[i]
-                    n_sib += 1
-                if i:
-                    g_dep += d * i
-                    n_dep += 1
-            if u:
-                g_ctx += d * u
-                n_ctx += 1
-            cb = coef_of.get(j)
-            if cb is not None:
-                g_bucket[cb] = g_bucket.get(cb, 0.0) + d
-                labels[cb] += 1
-        finite = math.isfinite
-        steps: list[tuple[int, float]] = []   # (coefficient, gradient)
-        if n_pick:
-            steps += ((A_PICK, gp0), (A_PICK + 1, gp1), (A_PICK + 2, gp2))
-            labels[A_PICK] += n_pick
-            labels[A_PICK + 1] += n_pick
-            labels[A_PICK + 2] += n_pick
-        if n_sib:
-            steps += ((A_SIB, gs0), (A_SIB + 1, gs1), (A_SIB + 2, gs2), (A_SIB + 3, gs3))
-            for ci in range(A_SIB, A_SIB + 4):
-                labels[ci] += n_sib
-        if n_dep:
-            steps.append((DEPTH, g_dep))
-            labels[DEPTH] += n_dep
-        if n_ctx:
-            steps.append((CONTEXT, g_ctx))
-            labels[CONTEXT] += n_ctx
-        if g_bucket:
-            steps += g_bucket.items()
-        self._ftrl(steps)
-        self._w_arr = None
+        w, z_, n_, m_, prior_, labels = self.w, self.z, self.n, self.m, self.prior, self.labels
         c = self.cfg
-        if finite(gb):
-            self.b_g2 = min(self.b_g2 + gb * gb, c.intercept_squared_gradient_cap)
-            b = self.b - c.intercept_adagrad_rate * gb / (c.adagrad_stabiliser
-                                                          + math.sqrt(self.b_g2))
-            self.b = min(max(b, -c.intercept_band), c.intercept_band)
+        rate_d, rate_b = c.drafter_ftrl_rate, c.ngram_bucket_ftrl_rate
+        cap, gate_k = c.squared_gradient_cap, c.prior_gate
+        beta, l2 = c.drafter_ftrl_stabiliser, c.drafter_l2
+        gate_updates = self._gate_updates
+        b, b_g2 = self.b, self.b_g2
+        b_cap, b_rate = c.intercept_squared_gradient_cap, c.intercept_adagrad_rate
+        b_beta, band = c.adagrad_stabiliser, c.intercept_band
+        sqrt, copysign, finite = math.sqrt, math.copysign, math.isfinite
+        for group, label in groups:
+            # the gradient of each fixed coefficient, and how many candidates read it
+            gp0 = gp1 = gp2 = gs0 = gs1 = gs2 = gs3 = g_dep = g_ctx = gb = 0.0
+            n_pick = n_sib = n_dep = n_ctx = 0
+            g_bucket: dict[int, float] = {}
+            for j in group:
+                d = q[j] - (1.0 if j == label else 0.0)
+                gb += d
+                if j < D:
+                    i = j // K
+                    k = j - i * K
+                    if k == 0:
+                        gp0 += d
+                        gp1 += d * lh[i]
+                        gp2 += d * ls[i]
+                        n_pick += 1
+                    else:
+                        gs0 += d
+                        gs1 += d * logr[i][k]
+                        gs2 += d * lh[i]
+                        gs3 += d * ls[i]
+                        n_sib += 1
+                    if i:
+                        g_dep += d * i
+                        n_dep += 1
+                if u:
+                    g_ctx += d * u
+                    n_ctx += 1
+                cb = coef_of.get(j)
+                if cb is not None:
+                    g_bucket[cb] = g_bucket.get(cb, 0.0) + d
+                    labels[cb] += 1
+            steps: list[tuple[int, float]] = []   # (coefficient, gradient), each at most once
+            if n_pick:
+                steps += ((A_PICK, gp0), (A_PICK + 1, gp1), (A_PICK + 2, gp2))
+                labels[A_PICK] += n_pick
+                labels[A_PICK + 1] += n_pick
+                labels[A_PICK + 2] += n_pick
+            if n_sib:
+                steps += ((A_SIB, gs0), (A_SIB + 1, gs1), (A_SIB + 2, gs2), (A_SIB + 3, gs3))
+                labels[A_SIB] += n_sib
+                labels[A_SIB + 1] += n_sib
+                labels[A_SIB + 2] += n_sib
+                labels[A_SIB + 3] += n_sib
+            if n_dep:
+                steps.append((DEPTH, g_dep))
+                labels[DEPTH] += n_dep
+            if n_ctx:
+                steps.append((CONTEXT, g_ctx))
+                labels[CONTEXT] += n_ctx
+            if g_bucket:
+                steps += g_bucket.items()
+            for i, g in steps:
+                if not finite(g):
+                    continue
+                rate = rate_b if i >= NEW else rate_d
+                prior = prior_[i]
+                n_old = n_[i]
+                n_new = n_old + g * g
+                if n_new > cap:
+                    n_new = cap
+                sq_new = sqrt(n_new)
+                zi = z_[i] + g - (sq_new - sqrt(n_old)) / rate * (w[i] - prior)
+                z_[i] = zi
+                n_[i] = n_new
+                m = m_[i] + 1.0
+                m_[i] = m
+                gate = gate_k * (sqrt(m) if gate_updates else sq_new)
+                if abs(zi) <= gate:
+                    w[i] = prior
+                else:
+                    w[i] = prior - (zi - copysign(gate, zi)) / ((beta + sq_new) / rate + l2)
+            if finite(gb):
+                b_g2 = min(b_g2 + gb * gb, b_cap)
+                b = b - b_rate * gb / (b_beta + sqrt(b_g2))
+                b = -band if b < -band else band if b > band else b
+        self.b, self.b_g2 = b, b_g2
+        self._w_arr = None
 
     def score_guard(self, loss_model: float, loss_head: float) -> None:
         """One labelled parent's log loss under both estimates, before either learns."""
@@ -377,7 +371,8 @@ class HeadEstimate:
                 qs = wq / (wq + 1.0 - q)
             g = qs - (1.0 if y else 0.0)
             g2 += g * g
-            b = min(max(b - rate * g / (beta + sqrt(g2)), -band), band)
+            b = b - rate * g / (beta + sqrt(g2))
+            b = -band if b < -band else band if b > band else b   # clamp, as min(max())
         self.b, self.g2 = b, g2
 
 
@@ -388,37 +383,57 @@ def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bo
     """Algorithm 1, line 17: every candidate of every accepted parent (the anchor and the
     ``accepted`` candidates; placed or not) is labelled by the target's pick after it (the next
     accepted candidate's token, or the ``bonus`` token last). Per parent the guard scores both
-    estimates before either learns, then the fitted model learns the group and the head offset
-    (``head``, ``None`` when off) each candidate (only the ``placed`` ones unless
-    ``offset_all``). Returns the labelled candidates and the summed log losses of the fitted
-    model (0 without one) and of the head-based estimate."""
+    estimates before either learns, then the fitted model learns the groups
+    (:meth:`AcceptanceModel.learn_groups`) and the head offset (``head``, ``None`` when off) each
+    candidate (only the ``placed`` ones unless ``offset_all``). Returns the labelled candidates
+    and the summed log losses of the fitted model (0 without one) and of the head-based estimate.
+
+    A parent's log loss is ``sum_j -log(x_j)`` over its candidates in index order, ``x_j = q_j``
+    for the one carrying the pick and ``1 - q_j`` otherwise, ``q_j`` clipped to
+    ``[1e-12, 1 - 1e-12]``."""
     parents = [-1, *accepted]
     tokens = cands.tokens
     picks = [tokens[j] for j in accepted] + [int(bonus)]
     groups = cands.children_of(parents)
     fitted = model is not None and q_model is not None
-    coef_of = terms.coef_of() if terms is not None and fitted else {}
-    u = terms.u if terms is not None else 0.0
-    lh = features.lh.tolist() if fitted else []
-    ls = features.ls.tolist() if fitted else []
-    logr = features.logr.tolist() if fitted else []
+    log = math.log
+    lo, hi = 1e-12, 1.0 - 1e-12
     n_lab, loss_m, loss_h = 0, 0.0, 0.0
+    labelled: list[tuple[list[int], int | None]] = []
+    offset_q: list[float] = []     # the head offset's labelled nodes, in the round's order
+    offset_y: list[bool] = []
     for parent, pick in zip(parents, picks, strict=True):
         group = groups[parent]
         if not group:
             continue
-        label = next((j for j in group if tokens[j] == pick), None)
-        lh_ = group_loss(q_head, group, label)
-        lm = group_loss(q_model, group, label) if q_model is not None else 0.0
+        label = None
+        for j in group:
+            if tokens[j] == pick:
+                label = j
+                break
+        lh_ = lm = 0.0
+        for j in group:
+            x = q_head[j]
+            x = lo if x < lo else hi if x > hi else x
+            lh_ += -log(x) if j == label else -log(1.0 - x)
+            if q_model is not None:
+                x = q_model[j]
+                x = lo if x < lo else hi if x > hi else x
+                lm += -log(x) if j == label else -log(1.0 - x)
+            if head is not None and (offset_all or j in placed):
+                offset_q.append(head_raw[j])
+                offset_y.append(j == label)
         n_lab += len(group)
         loss_h += lh_
         loss_m += lm
         if fitted:
-            assert model is not None and q_model is not None
+            assert model is not None
             model.score_guard(lm, lh_)
-            model.learn_group(cands, group, label, [q_model[j] for j in group], coef_of,
-                              u, lh, ls, logr)
-        if head is not None:
-            chosen = group if offset_all else [j for j in group if j in placed]
-            head.observe([head_raw[j] for j in chosen], [j == label for j in chosen])
+            labelled.append((group, label))
+    if fitted:   # the guard scored every parent before the model learns any
+        assert model is not None and q_model is not None and terms is not None
+        model.learn_groups(cands, labelled, q_model, terms.coef_of(), terms.u,
+                           features.lh.tolist(), features.ls.tolist(), features.logr.tolist())
+    if head is not None:   # its steps read nothing the model's learning changes
+        head.observe(offset_q, offset_y)
     return n_lab, loss_m, loss_h

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from adaspark.decoding.candidates import CandidateSet
-from adaspark.decoding.tree import checked_q, order_by_products
+from adaspark.decoding.tree import order_by_products
 from adaspark.rules.adaspark.config import WidthChoiceConfig
 from adaspark.rules.adaspark.cost_law import context_band
 
@@ -190,19 +190,17 @@ class Valuer:
         self.d_fixed = d_fixed
         self.rho = rho
 
-    def keep(self, width: int) -> int:
-        return min(max(width - 1, 0), self.order_len)
-
     def tokens(self, width: int) -> float:
-        """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``."""
-        k = self.keep(width)
-        d_all = self.s[k] - self.base_s
+        """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``
+        (the chooser values every offered width each round)."""
+        k = width - 1
+        k = 0 if k < 0 else self.order_len if k > self.order_len else k
+        base_s, g = self.base_s, self.g
+        d_all = self.s[k] - base_s
         d_ng = self.ng[k] - self.base_ng
         if k < self.base_keep:
-            gd, gn = self.g.d_below, self.g.n_below
-        else:
-            gd, gn = self.g.d, self.g.n
-        return 1.0 + self.base_s + gd * (d_all - d_ng) + gn * d_ng
+            return 1.0 + base_s + g.d_below * (d_all - d_ng) + g.n_below * d_ng
+        return 1.0 + base_s + g.d * (d_all - d_ng) + g.n * d_ng
 
     def value(self, width: int, price: float) -> float:
         return priced_value(self.tokens(width), self.d_fixed + price, self.rho)
@@ -378,8 +376,9 @@ def counts_as_ngram(cands: CandidateSet, agreed_counts: bool) -> np.ndarray:
 def ngram_order(cands: CandidateSet, q: np.ndarray,
                 is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
-    ``is_ng`` marks) under ``q``."""
-    order, S = order_by_products(cands.path_products(checked_q(q)))
+    ``is_ng`` marks) under ``q`` (in [0, 1] by construction: Eq. 6's softmax, or the head-based
+    estimate clipped and shifted, so unchecked here)."""
+    order, S = order_by_products(cands.path_products(q))
     s_ng = np.zeros(len(S))
     if is_ng.any():   # else every term is 0 (S never falls, so no -0.0 either)
         np.cumsum(np.diff(S) * is_ng[order], out=s_ng[1:])

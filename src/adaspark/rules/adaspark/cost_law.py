@@ -18,6 +18,7 @@ Times are in seconds. Everything here is plain Python floats and lists: a round 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterable
@@ -26,6 +27,9 @@ from typing import Any
 from adaspark.rules.adaspark.config import CostModelConfig
 
 Basis = tuple[float, float, float, float, float]
+
+#: A fresh number for each change of a class's price terms (:attr:`CostClass.stamp`).
+_STAMPS = itertools.count()
 
 
 def context_basis(context: int, unit: float) -> Basis:
@@ -364,7 +368,7 @@ class CostClass:
     """One class of the width table: widths ``lo..hi``, priced at ``hi`` (the only width in it
     the chooser is offered). Also used for width 1 (plain decode) in the width-1 extension."""
 
-    __slots__ = ("cfg", "clock_at", "hi", "law", "level", "lo", "measured", "short",
+    __slots__ = ("cfg", "clock_at", "hi", "law", "level", "lo", "measured", "short", "stamp",
                  "unreachable")
 
     def __init__(self, cfg: CostModelConfig, lo: int, hi: int) -> None:
@@ -376,6 +380,14 @@ class CostClass:
         self.clock_at = 1.0
         self.short = 0
         self.unreachable = False
+        #: changes whenever the class's price terms or reach change (``touch``), so a stack of
+        #: every class's terms (``width_table.PriceStack``) refreshes only the classes that moved
+        self.stamp = next(_STAMPS)
+
+    def touch(self) -> None:
+        """Mark the class's price terms (law, level, clock reading, measurements, reach) as
+        changed."""
+        self.stamp = next(_STAMPS)
 
     @property
     def priced(self) -> bool:
@@ -398,6 +410,7 @@ class CostClass:
         self.level.refresh(self.law)
         self.measured += 1
         self.clock_at = clock_now
+        self.touch()
 
     def to_state(self, fast: bool) -> dict[str, Any]:
         s: dict[str, Any] = {"lo": self.lo, "hi": self.hi, "law": self.law.to_state(),
@@ -420,6 +433,7 @@ class CostClass:
         k.level.load_state(s["level"])
         if "value" not in s["level"] or not s["level"]["ratios"]:
             k.level.refresh(k.law)
+        k.touch()
         return k
 
 

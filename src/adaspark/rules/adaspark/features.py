@@ -41,9 +41,12 @@ def block_features(block: Block, logit_eps: float, log_r_floor: float) -> Featur
     tiny = 1e-300
     sib_total = probs[:, 1:].sum(axis=1)
     log_sib = np.log(sib_total + tiny)
+    log_r = np.log(probs + tiny) - log_sib[:, None]   # column 0 is the pick's logit sigma
     # np.minimum(np.maximum(...)) is np.clip without its per-call overhead (same values)
-    ls = np.minimum(np.maximum(np.log(probs[:, 0] + tiny) - log_sib, -clip), clip)
-    logr = np.log(probs + tiny) - log_sib[:, None]
-    logr = np.where((sib_total > 0)[:, None], np.maximum(logr, log_r_floor), log_r_floor)
+    ls = np.minimum(np.maximum(log_r[:, 0], -clip), clip)
+    if sib_total.min() > 0.0:
+        logr = np.maximum(log_r, log_r_floor)
+    else:
+        logr = np.where((sib_total > 0)[:, None], np.maximum(log_r, log_r_floor), log_r_floor)
     h = np.minimum(np.maximum(conf, logit_eps), 1.0 - logit_eps)
     return Features(lh=np.log(h / (1.0 - h)), ls=ls, logr=logr)

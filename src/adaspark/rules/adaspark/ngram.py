@@ -64,41 +64,37 @@ class NgramIndex:
 
     # -- lookups ---------------------------------------------------------------------------------
 
-    def longest(self, ctx: list[int]) -> tuple[int, int] | None:
-        """The longest earlier passage of the committed text that ``ctx`` ends with, at least
-        ``copy_min_match`` and at most ``copy_max_match`` tokens: ``(length, position)`` where
-        ``tail[position]`` followed it. Longest wins, the latest among equals."""
-        k = self.cfg.copy_min_match
-        if len(ctx) < k:
-            return None
-        seen = self.occurrences.get(tuple(ctx[-k:]))
-        if not seen:
-            return None
-        tail = self.tail
-        best: tuple[int, int] | None = None
-        n_ctx = len(ctx)
-        cap = min(self.cfg.copy_max_match, n_ctx)   # no match is longer: stop once one is
-        for p in reversed(seen):
-            length = common_suffix(ctx, n_ctx, tail, p, min(cap, p))
-            if length >= k and (best is None or length > best[0]):
-                best = (length, p)
-                if length >= cap:
-                    break
-        return best
-
     def step(self, ctx: list[int]) -> Proposal | None:
-        """A copy of the request's own text first, else the top follower of the last tokens."""
-        hit = self.longest(ctx)
-        if hit is not None:
-            length, p = hit
-            return Proposal(self.tail[p], 0, length, p)
-        f = self.cfg.follower_context
-        if len(ctx) < f:
+        """A copy of the request's own text first, else the top follower of the last tokens.
+
+        The copy is the longest earlier passage of the committed text that ``ctx`` ends with, at
+        least ``copy_min_match`` and at most ``copy_max_match`` tokens (longest wins, the latest
+        among equals), proposing the token that followed it; one pass, as every chain step and
+        every committed token asks."""
+        cfg = self.cfg
+        n_ctx = len(ctx)
+        k = cfg.copy_min_match
+        if n_ctx >= k:
+            seen = self.occurrences.get(tuple(ctx[-k:]))
+            if seen:
+                tail = self.tail
+                best_len, best_p = 0, -1
+                cap = min(cfg.copy_max_match, n_ctx)   # no match is longer: stop once one is
+                for p in reversed(seen):
+                    length = common_suffix(ctx, n_ctx, tail, p, min(cap, p))
+                    if length >= k and length > best_len:
+                        best_len, best_p = length, p
+                        if length >= cap:
+                            break
+                if best_p >= 0:
+                    return Proposal(tail[best_p], 0, best_len, best_p)
+        f = cfg.follower_context
+        if n_ctx < f:
             return None
-        seen = self.followers.get(tuple(ctx[-f:]))
-        if not seen:
+        followers = self.followers.get(tuple(ctx[-f:]))
+        if not followers:
             return None
-        token, count = seen[0]
+        token, count = followers[0]
         return Proposal(token, count, 0, -1)
 
     def copy_on(self, prev: Proposal) -> Proposal | None:

@@ -360,7 +360,7 @@ class AdaSparkRule(WidthRule):
         rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
         valuer = Valuer(rc.s, rc.s_ng, rc.n0, gains, rc.predicted_fixed, rho)
         bound = self._bound(rc, valuer, offered, phi) if self.bounded and offered else None
-        meas = table.measurement_width(could_change=bound, phi=phi)
+        meas = table.measurement_width(could_change=bound, prices=prices, phi=phi)
         if meas is not None:
             self._tick("pricing")
             rc.why = "cold-start"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +33,8 @@ import numpy as np
 
 from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.tree import Tree, accepted_path
+from adaspark.rules.adaspark.cost_law import CostClass
+from adaspark.rules.adaspark.width_table import WidthTable
 from adaspark.rules.base import RoundOutcome, RoundState, WidthRule
 
 
@@ -129,6 +132,34 @@ class Environment:
     noise: OneSidedNoise = OneSidedNoise()
     max_rows: int = 64
     seed: int = 0
+
+
+#: 24 learned widths (the most a table learns): the scheduler benchmark's and its replay's.
+WIDTHS_24 = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 28, 32, 40, 48, 56,
+             60, 64)
+#: The contexts each learned width is measured at (three each at three contexts, one more).
+LEARNED_CONTEXTS = (300, 300, 300, 1400, 1400, 1400, 5000, 5000, 5000, 1800)
+
+
+def learn_widths(table: WidthTable, env: Environment, widths: tuple[int, ...],
+                 factor: Callable[[int, int], float]) -> None:
+    """Give ``table`` the classes topped by ``widths``, each measured at every context of
+    :data:`LEARNED_CONTEXTS` (fitted laws, levels, clock, then the end-of-request refit), as a
+    long-running deployment would have. Measurement ``i`` of class ``j`` takes
+    ``env.cost(top, context) * factor(i, j)``; of D (``j = -1``, measured first at each context)
+    ``env.fixed * factor(i, -1)``."""
+    cfg = table.cfg
+    table.classes = []
+    lo = 2
+    for hi in widths:
+        table.classes.append(CostClass(cfg, lo, hi))
+        lo = hi + 1
+    for i, ctx in enumerate(LEARNED_CONTEXTS):
+        phi = table.basis(ctx)
+        table.observe_fixed(ctx, env.fixed * factor(i, -1), phi)
+        for j, k in enumerate(table.classes):
+            table.observe_verify(k.hi, ctx, env.cost(k.hi, ctx) * factor(i, j), phi)
+    table.refit()
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from adaspark.rules.adaspark.config import CostModelConfig
 from adaspark.rules.adaspark.cost_law import Basis, CostClass, FixedCostClock, context_basis
 
@@ -51,6 +53,72 @@ def declared_tops(step: int, top: int) -> list[int]:
     return [*range(step, top, step), top]
 
 
+class PriceStack:
+    """Eq. (5) for every class of the table in one pass: each class's law weights stacked as
+    the columns of ``W`` (5 x classes, table order), then one product with the basis and one
+    clamp give every price::
+
+        price = clamp(phi . W, lo floor, hi floor) * (scale level / D_k) * D_now
+
+    (:meth:`~adaspark.rules.adaspark.cost_law.CostClass.price`, its sums and products
+    reassociated: the same prices to a few units in the last place). A column is refreshed
+    only when its class's ``stamp`` moved (a measurement, a refit, a change of reach); a class
+    not yet priced, or priced before its law is fitted, is priced by ``CostClass.price``
+    itself."""
+
+    def __init__(self, cfg: CostModelConfig) -> None:
+        self.lo, self.hi = cfg.law_clamp
+        self.need = cfg.measurements_before_priced
+        self.stamps: list[int] = []
+        self._alloc(0)
+
+    def _alloc(self, n: int) -> None:
+        self.w = np.zeros((5, n))
+        self.lo_f, self.hi_f, self.coef = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.tops = [0] * n
+        self.vectorised = [False] * n   # the column's price is the formula's
+        self.plain = False              # every class reachable and vectorised
+
+    def _set(self, i: int, k: CostClass) -> None:
+        law = k.law
+        self.tops[i] = k.hi
+        ok = k.measured >= self.need and law.scale is not None and law.seen > 0
+        self.vectorised[i] = ok and not k.unreachable
+        if ok:
+            self.w[:, i] = law.w
+            self.lo_f[i], self.hi_f[i] = self.lo * law.floor, self.hi * law.floor
+            self.coef[i] = law.scale * k.level.value / k.clock_at
+
+    def sync(self, classes: list[CostClass]) -> None:
+        """Refresh the columns of the classes whose stamp moved (all of them when the table's
+        classes changed in number)."""
+        stamps = [k.stamp for k in classes]
+        if stamps == self.stamps:
+            return
+        if len(stamps) != len(self.stamps):
+            self._alloc(len(classes))
+            for i, k in enumerate(classes):
+                self._set(i, k)
+        else:
+            for i, (new, old) in enumerate(zip(stamps, self.stamps, strict=True)):
+                if new != old:
+                    self._set(i, classes[i])
+        self.stamps = stamps
+        self.plain = all(self.vectorised)
+
+    def prices(self, classes: list[CostClass], phi: Basis,
+               clock_now: float) -> list[tuple[int, float | None]]:
+        """Each reachable class's own price, ``None`` while it is unmeasured."""
+        self.sync(classes)
+        y = np.asarray(phi) @ self.w
+        p = (np.minimum(np.maximum(y, self.lo_f), self.hi_f) * self.coef * clock_now).tolist()
+        if self.plain:
+            return list(zip(self.tops, p, strict=True))
+        vec = self.vectorised
+        return [(k.hi, p[i] if vec[i] else k.price(phi, clock_now))
+                for i, k in enumerate(classes) if not k.unreachable]
+
+
 class WidthTable:
     """The learned width table (§3.2, "Which widths are offered") with its cold start, reach,
     split test and rule, the clock, and the width-1 class of the extension arm."""
@@ -73,6 +141,7 @@ class WidthTable:
             lo = hi + 1
         self.plain = CostClass(cfg, 1, 1) if width1 else None
         self.clock = FixedCostClock(cfg)
+        self.stack = PriceStack(cfg)
         self.held_width = 0
         self.held_rounds = 0
         self.splits = 0
@@ -87,9 +156,9 @@ class WidthTable:
         return context_basis(context, self.cfg.context_basis_unit)
 
     def class_prices(self, phi: Basis) -> list[tuple[int, float | None]]:
-        """Each reachable class's own price (Eq. 5), ``None`` while it is unmeasured."""
-        now = self.clock.reading()
-        return [(k.hi, k.price(phi, now)) for k in self.classes if not k.unreachable]
+        """Each reachable class's own price (Eq. 5), ``None`` while it is unmeasured: one
+        vectorised pass (:class:`PriceStack`)."""
+        return self.stack.prices(self.classes, phi, self.clock.reading())
 
     def plain_price(self, phi: Basis) -> float | None:
         return None if self.plain is None else self.plain.price(phi, self.clock.reading())
@@ -99,43 +168,42 @@ class WidthTable:
 
     def measurement_width(self, drafted: bool = True,
                           could_change: Callable[[int, float], bool] | None = None,
+                          prices: list[tuple[int, float | None]] | None = None,
                           phi: Basis | None = None) -> int | None:
         """Cold start (Algorithm 1, line 7): the narrowest width with fewer measurements than a
         price needs. Width 1 (extension) comes first and needs a round without a drafter call,
         so with ``drafted=True`` it is skipped.
 
-        ``cold_start: bounded`` passes ``could_change(width, time_floor)``: a width is measured
-        only if it could change the choice at the context of ``phi``, its time at least
-        :meth:`time_floor`; the others are passed over this round (and asked again the next)."""
+        ``cold_start: bounded`` passes ``could_change(width, time_floor)`` with the round's
+        :meth:`class_prices` at the context of ``phi``: a width is measured only if it could
+        change the choice, its time at least :meth:`time_floor`; the others are passed over this
+        round (and asked again the next)."""
         need = self.cfg.measurements_before_priced
         if not drafted:
             return 1 if self.plain is not None and self.plain.measured < need else None
         if self.plain is not None and self.plain.measured < need:
             return None
-        prices = self.class_prices(phi) if could_change is not None and phi is not None else []
-        for k in self.classes:
+        bounded = could_change is not None and prices is not None and phi is not None
+        own = dict(prices) if bounded and prices is not None else {}
+        t1 = self.plain_price(phi) if bounded and phi is not None else None
+        for i, k in enumerate(self.classes):
             if k.measured < need and not k.unreachable:
-                if could_change is None or phi is None:
+                if not bounded or could_change is None:
                     return k.hi
-                if could_change(k.hi, self.time_floor(k, prices, phi)):
+                if could_change(k.hi, self.time_floor(i, own, t1)):
                     return k.hi
         return None
 
-    def time_floor(self, k: CostClass, prices: list[tuple[int, float | None]],
-                   phi: Basis) -> float:
-        """The bounded cold start's optimistic time for class ``k``: at least what every
-        narrower width (plain decode's included) was measured to cost, its price at the context
-        of ``phi`` once it has one, else its lowest measurement so far, and at least ``k``'s own
-        lowest measurement."""
-        own = dict(prices)
-        floor = 0.0
-        t1 = self.plain_price(phi)
-        if t1 is not None:
-            floor = t1
-        for j in [*self.classes[: self.classes.index(k)], k]:
-            p = own.get(j.hi) if j is not k else None
-            if p is None and j.level.window:
-                p = j.level.lowest()
+    def time_floor(self, i: int, own: dict[int, float | None], t1: float | None) -> float:
+        """The bounded cold start's optimistic time for class ``i``: at least what every
+        narrower width (plain decode's, ``t1``, included) was measured to cost, its price
+        ``own[top]`` once it has one, else its lowest measurement so far, and at least class
+        ``i``'s own lowest measurement."""
+        floor = 0.0 if t1 is None else t1
+        for j, kj in enumerate(self.classes[: i + 1]):
+            p = own.get(kj.hi) if j < i else None
+            if p is None and kj.level.window:
+                p = kj.level.lowest()
             if p is not None:
                 floor = max(floor, p)
         return floor
@@ -173,6 +241,7 @@ class WidthTable:
         if idx == len(self.classes) - 1 and idx > 0:
             if built >= k.lo:
                 k.hi = built
+                k.touch()
                 self.top = built
             else:
                 self.classes.pop()
@@ -180,6 +249,7 @@ class WidthTable:
             return
         k.short += 1
         k.unreachable = k.short >= self.cfg.measurements_before_priced
+        k.touch()
 
     def hold(self, width: int) -> None:
         """The chooser chose ``width`` this round (consecutive rounds count as held)."""
@@ -240,6 +310,8 @@ class WidthTable:
             if k.law.dirty and k.law.refit():
                 adopted += 1
                 k.level.refresh(k.law)
+                if isinstance(k, CostClass):
+                    k.touch()
         return adopted
 
     # -- the store ------------------------------------------------------------------------------
