@@ -338,7 +338,7 @@ class DrafterShape:
     block_size: int = 8
     target_layers: tuple[int, ...] | None = None  # None: default_target_layers(n_layer)
     n_layers: int = 1
-    markov_rank: int = 32  # random files; the oracle sizes its own rank (at least this, if set)
+    markov_rank: int = 32  # random files (write_oracle's rank= sizes the oracle's)
     confidence_head: bool = True
     mask_token_id: int | None = None  # None: the target's mask, padding or eos token
     sample_from_anchor: bool = True
@@ -619,6 +619,7 @@ def cli_main(args: list[str]) -> int:
     from adaspark.config import compose, split_words
     from adaspark.decoding.drafter.dspark_predict import greedy_continuation
     from adaspark.decoding.generate import prompt_tokens
+    from adaspark.schema import validate
 
     rest, own = split_words(args, OWN_KEYS)
     kind = own.get("kind", "")
@@ -637,21 +638,22 @@ def cli_main(args: list[str]) -> int:
         confidence_head=conf == "true",
         mask_token_id=_int("mask", own["mask"]) if own.get("mask") else None)
     cfg = compose(rest)
+    validate(cfg, command="generate")  # the target, the prompt keys and max_tokens
     tpath, _ = model_files.resolve(cfg.target)
     out = Path(own["out"])
     summary: dict[str, Any] = {"kind": kind, "out": str(out), "target": str(tpath)}
     if kind == "random":
         write_random(tpath, out, seed=_int("seed", own.get("seed", "0")), shape=shape)
     else:
-        from adaspark.decoding.engine import Model
+        from adaspark.decoding.engine import Target
 
-        m = Model(tpath, 512, exact=True, n_seq_max=1)
-        try:
-            prompt = prompt_tokens(m, cfg)
-        finally:
-            m.close()
         n_text = _int("n_text", own.get("n_text", str(int(cfg.max_tokens) + shape.block_size)))
-        text = greedy_continuation(tpath, prompt, n_text, n_ctx=int(cfg.target.n_ctx))
+        target = Target(tpath, int(cfg.target.n_ctx), exact=True)
+        try:
+            prompt = prompt_tokens(target, cfg)
+            text = greedy_continuation(target, prompt, n_text)
+        finally:
+            target.close()
         _, table = write_oracle(
             tpath, out, text, shape=shape,
             corrupt_at=_int("corrupt_at", own["corrupt_at"]) if own.get("corrupt_at") else None,
