@@ -1,7 +1,8 @@
 """``adaspark <command> key=value ...``: every command composes ``conf/`` with its overrides.
 
 Commands: ``generate`` (decode one prompt with an arm), ``models`` (assemble and check the model
-files of ``data/models.json``), ``serve``, ``run`` and ``config`` (print the composed config).
+files of ``data/models.json``), ``serve``, ``run``, ``dspark-file`` (write a DSpark drafter GGUF
+for a target: random or oracle weights) and ``config`` (print the composed config).
 Every command checks its composed config against :mod:`adaspark.schema` before it runs: a bad
 value exits 2 with the key, the value and what is allowed; any other failure exits 1.
 """
@@ -62,6 +63,14 @@ def cmd_generate(args: list[str]) -> int:
         print(json.dumps({k: v for k, v in result.items() if k != "meta"} | {
             "meta": result["meta"]}, ensure_ascii=False))
     return 3 if result.get("greedy_match") is False else 0
+
+
+@command("dspark-file")
+def cmd_dspark_file(args: list[str]) -> int:
+    """Write a DSpark drafter GGUF for the target (kind=random|oracle out=FILE ...)."""
+    from adaspark.decoding.drafter.dspark_file import cli_main
+
+    return cli_main(args)
 
 
 @command("config")
