@@ -37,7 +37,7 @@ fi
 mkdir -p "$site/llama_cpp/lib"
 cp -a "$bindir"/lib*.so* "$site/llama_cpp/lib/"
 cat > .venv/adaspark-llama-build.json <<JSON
-{"lib_dir": "$bindir", "llama_server": "$bindir/llama-server", "llama_commit": "$(cat "$root/LLAMA_COMMIT")", "sdist": "$sdist", "cache": "$CACHE"}
+{"lib_dir": "$bindir", "llama_server": "$bindir/llama-server", "llama_commit": "$(cat "$root/LLAMA_COMMIT")", "patches": $(.venv/bin/python -c 'import json, sys; print(json.dumps(dict(reversed(l.split()) for l in open(sys.argv[1]) if l.strip())))' "$root/PATCHES"), "sdist": "$sdist", "cache": "$CACHE"}
 JSON
 
 step "project and pinned dependencies"
