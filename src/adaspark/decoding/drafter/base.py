@@ -86,6 +86,7 @@ class DrafterStats:
 #: Every drafter by its config name (``drafter.kind``), imported on first use.
 DRAFTERS: Registry[Callable[..., Drafter]] = Registry("drafter kind", {
     "draft-model": "adaspark.decoding.drafter.draft_model:DraftModelDrafter",
+    "dspark": "adaspark.decoding.drafter.dspark:DSparkDrafter",
 }, "adaspark.decoding.drafter.base.DRAFTERS; drafter.kind in conf/drafter/")
 
 
