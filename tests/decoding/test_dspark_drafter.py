@@ -83,19 +83,21 @@ def corruption_point(prompt: list[int], text: list[int], table) -> tuple[int, in
 
 
 def run_rounds(path: Path, arm: str, prompt_index: int = 0):
-    """Generate in-process (exact mode); per round the committed tokens and, after the round,
-    the drafter's KV end and the committed length."""
+    """Generate in-process (exact mode); per round the tokens emitted and, after the round,
+    ``llama_memory_seq_pos_max`` of the drafter's context and the committed length."""
+    from adaspark.decoding.engine import _llama
     from adaspark.decoding.loop import generate
 
     cfg, parts = build(path, arm, PROMPTS[prompt_index])
-    rounds: list[tuple[int, int, int]] = []  # (tokens emitted, drafter KV end, len(committed))
+    rounds: list[tuple[int, int, int]] = []  # (tokens emitted, drafter pos_max, committed)
     try:
         from adaspark.decoding.generate import prompt_tokens
 
         prompt = prompt_tokens(parts.target, cfg)
 
         def seen(tokens: list[int]) -> None:
-            rounds.append((len(tokens), parts.drafter.kv_end(), len(parts.target.committed)))
+            pos_max = _llama().llama_memory_seq_pos_max(parts.drafter.mem, 0)
+            rounds.append((len(tokens), int(pos_max), len(parts.target.committed)))
 
         gen = generate(parts.target, prompt, N_TOKENS, parts.rule, parts.drafter,
                        parts.block_positions, on_tokens=seen)
@@ -190,25 +192,14 @@ def test_a_corrupted_transition_rejects_where_it_should(files):
 
 
 def test_the_drafters_kv_spans_the_committed_text(files):
-    from adaspark.decoding.engine import _llama
-
-    for path in (files.corrupted, files.random):
-        gen, rounds = run_rounds(path, "adaspark")
+    for path, arm in ((files.corrupted, "adaspark"), (files.random, "chain3")):
+        gen, rounds = run_rounds(path, arm)
         assert len(rounds) >= 8
-        # after every round the drafter's KV holds every committed token but the anchor
-        assert all(kv == n_committed - 1 for _, kv, n_committed in rounds)
-        assert gen.drafted > gen.accepted  # rejections happened
-    cfg, parts = build(files.random, "chain3")
-    try:
-        from adaspark.decoding.generate import prompt_tokens
-        from adaspark.decoding.loop import generate
-
-        generate(parts.target, prompt_tokens(parts.target, cfg), N_TOKENS, parts.rule,
-                 parts.drafter, parts.block_positions)
-        pos_max = _llama().llama_memory_seq_pos_max(parts.drafter.mem, 0)
-        assert pos_max == len(parts.target.committed) - 2
-    finally:
-        parts.close()
+        # after every round the drafter's KV holds every committed token but the anchor (the
+        # last one, which the target has not decoded yet): positions 0 .. len(committed) - 2
+        assert [pos_max for _, pos_max, _ in rounds] == [n - 2 for _, _, n in rounds]
+        assert gen.drafted > gen.accepted  # with rejections
+        assert gen.tokens == files.greedy[0][:N_TOKENS]
 
 
 # ---------------------------------------------------------------------------------------------
