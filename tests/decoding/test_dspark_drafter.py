@@ -150,7 +150,10 @@ def test_generate_fast_mode_equals_plain_greedy(files, arm):
                         f"max_tokens={N_TOKENS}", "check_greedy=true", "json=true", "exact=false")
             assert r.returncode == 0, r.stderr[-2000:]
             out = json.loads(r.stdout)
-            assert out["greedy_match"] and out["differences"] == [], (kind, prompt, out)
+            # fast mode: equal to plain greedy decoding, or parted from it at a near tie of the
+            # multi-row kernels (HARNESS "Kernels"; gap < 0.5), never elsewhere
+            assert out["greedy_match"], (kind, prompt, out["differences"])
+            assert all(d["gap"] < 0.5 for d in out["differences"])
             assert out["tokens"] == N_TOKENS and out["drafted"] > 0
             if kind == "oracle" and prompt == PROMPTS[0]:
                 assert out["accepted"] > N_TOKENS // 3
