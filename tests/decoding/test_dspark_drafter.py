@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import run_cli
 
@@ -203,6 +204,39 @@ def test_the_drafters_kv_spans_the_committed_text(files):
         assert [pos_max for _, pos_max, _ in rounds] == [n - 2 for _, _, n in rounds]
         assert gen.drafted > gen.accepted  # with rejections
         assert gen.tokens == files.greedy[0][:N_TOKENS]
+
+
+def test_injected_features_are_the_committed_texts(files):
+    """After rounds with rejections, the block equals (to float noise) the block of a fresh drafter
+    fed the same committed text in one prefill, and differs from one fed another text: the
+    features injected round by round are those of the committed tokens (the random file's
+    backbone reads them; the oracle's cannot)."""
+    from adaspark.decoding.generate import prompt_tokens
+    from adaspark.decoding.loop import generate
+
+    cfg, a = build(files.random, "chain3")
+    try:
+        prompt = prompt_tokens(a.target, cfg)
+        gen = generate(a.target, prompt, N_TOKENS, a.rule, a.drafter, a.block_positions)
+        assert gen.drafted > gen.accepted
+        text = list(a.target.committed)
+        after_rounds = a.drafter.draft(text, BLOCK)
+    finally:
+        a.close()
+    other = prompt + [t + 1 for t in text[len(prompt):-1]] + [text[-1]]
+    cfg, b = build(files.random, "chain3")
+    try:
+        blocks = []
+        for seq in (text, other):
+            b.target.prefill(seq)
+            b.drafter.begin(seq)
+            blocks.append(b.drafter.draft(seq, BLOCK))
+    finally:
+        b.close()
+    same = np.abs(after_rounds.probs - blocks[0].probs).max()
+    moved = np.abs(after_rounds.probs - blocks[1].probs).max()
+    assert same < 1e-2 < 5e-2 < moved, (same, moved)
+    assert np.abs(after_rounds.confidence - blocks[0].confidence).max() < 1e-3
 
 
 # ---------------------------------------------------------------------------------------------
