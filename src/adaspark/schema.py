@@ -261,9 +261,10 @@ class DrafterConfig:
 
     name: str
     kind: str
-    block_positions: int = spec(min=1)
     candidates_per_position: int = spec(min=1)
     n_ctx: int = spec(min=MIN_N_CTX)
+    # null: the drafter's own block (a DSpark file's dflash.block_size); a draft model needs it
+    block_positions: int | None = spec(min=1, default=None)
     model: str | None = None
     path: str | None = None
 

@@ -21,6 +21,7 @@ import ctypes
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,14 @@ PREFILL_CHUNK_FAST = 128
 _PROCESS_MODE: str | None = None
 _LOCK = threading.Lock()
 _LOG_CB = None  # keep the ctypes callback alive
+
+
+#: The committed-rows hook (issue 13): called right after a decode with the batch rows that hold
+#: committed tokens, in position order, and the position of the first (the rows' positions are
+#: consecutive). A drafter that reads the target's captured hidden states (DSpark) sets it on the
+#: target (:attr:`Model.on_committed_rows`) to inject exactly the committed rows; ``None`` (the
+#: default) costs nothing.
+CommittedRows = Callable[[Sequence[int], int], None]
 
 
 class EngineError(RuntimeError):
@@ -250,6 +259,7 @@ class Model:
         self._batch = ll.llama_batch_init(max(n_batch, MAX_ROWS_FAST), 0, n_seq_max)
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
         self._pieces: dict[tuple[int, bool], bytes] = {}
+        self.on_committed_rows: CommittedRows | None = None
 
     def close(self) -> None:
         ll = _llama()
@@ -360,6 +370,8 @@ class Model:
             self._fill(tokens[start:end], range(start, end), [[0]] * (end - start),
                        [False] * (end - start))
             spent += self._decode()
+            if self.on_committed_rows is not None:
+                self.on_committed_rows(range(end - start), start)
         return Prefill(reused=keep, decoded=len(tokens) - keep, seconds=spent)
 
     def catch_up(self, cached: list[int], tokens: list[int]) -> Prefill:
@@ -446,7 +458,7 @@ class Target(Model):
         self.committed: list[int] = []
         self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)
         self.n_canonical = 0  # leading cells written by whole prefill chunks (reusable)
-        self._pending: tuple[Tree, list[list[int]]] | None = None
+        self._pending: tuple[Tree, list[list[int]], int] | None = None  # tree, seqs, backlog
 
     @property
     def n_past(self) -> int:
@@ -539,7 +551,7 @@ class Target(Model):
         shared = [0, *range(1, len(seqs[0]) + 1)] if tree.n_rows > 1 else [0]
         self._fill(backlog + list(tree.tokens), [*range(self.n_kv, P), *(P + d for d in depths)],
                    [shared] * len(backlog) + seqs, [False] * len(backlog) + [True] * tree.n_rows)
-        self._pending = (tree, seqs)
+        self._pending = (tree, seqs, len(backlog))
         build_s = time.perf_counter() - t_build
         try:
             dt = self._decode()
@@ -572,9 +584,13 @@ class Target(Model):
         if self._pending is None:
             raise EngineError("nothing to commit: verify() a tree first")
         ll = _llama()
-        tree, seqs = self._pending
+        tree, seqs, n_backlog = self._pending
         path = accepted_path(tree, result.argmax)
         P = self.n_past
+        if self.on_committed_rows is not None:
+            # the path's rows hold the committed tokens at P.. (the anchor first); exact mode's
+            # backlog rows head the batch and were reported when their verify committed them
+            self.on_committed_rows([n_backlog + r for r in path], P)
         if tree.n_rows == 1:
             self.n_kv = P + 1
         elif self.exact:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adaspark import model_files
+from adaspark.config import ConfigError
 from adaspark.decoding.drafter.base import Drafter, make_drafter
 from adaspark.decoding.engine import Target
 from adaspark.rules.base import WidthRule, rule_class
@@ -64,12 +65,25 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
                     plain=not rule.uses_drafter and not exact)
     models = {"target": {"path": str(tpath), "sha256": tsha}}
     drafter = None
+    block_positions = drafter_cfg.block_positions
     if rule.uses_drafter:
+        if not drafter_cfg.path and not drafter_cfg.model:
+            target.close()
+            raise ConfigError(f"drafter={drafter_cfg.name} needs drafter.path=FILE (the "
+                              "drafter's GGUF)")
         dpath, dsha = model_files.resolve(drafter_cfg)
-        drafter = make_drafter(
-            drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
-            top_k=drafter_cfg.candidates_per_position, threads=threads,
-            target_vocab=target.token_texts(),
-        )
+        try:
+            drafter = make_drafter(
+                drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
+                top_k=drafter_cfg.candidates_per_position, threads=threads,
+                target_vocab=target.token_texts(), target=target,
+            )
+        except Exception:
+            target.close()
+            raise
         models["drafter"] = {"path": str(dpath), "sha256": dsha}
-    return Parts(target, rule, drafter, drafter_cfg.block_positions, models)
+        block_positions = block_positions or getattr(drafter, "block_positions", None)
+    if block_positions is None and rule.uses_drafter:
+        raise ConfigError(f"drafter {drafter_cfg.name} (kind {drafter_cfg.kind}) has no "
+                          "block_positions: set drafter.block_positions=B")
+    return Parts(target, rule, drafter, block_positions or 1, models)

@@ -26,6 +26,14 @@ class Block:
     ``confidence[i]``: the confidence head h at position i (for a draft model, its probability of
     the pick). ``share[i]``: the pick's share of the top-K softmax mass (§3.3, sigma).
     ``draft_s``: the drafter's own time for this block (part of the round's fixed cost D).
+
+    A DSpark block (``drafter/dspark.py``): the picks are the drafter's in-graph chain, each row's
+    argmax under the Markov bias of the pick before it (§2.1); the siblings of a row are that
+    row's other top-K tokens, so they carry the bias of the *pick* chain's parent, not of their
+    own parent. That is what one forward computes (the exact per-parent bias needs the Markov head
+    on the host, a later step), and it keeps every arm on the same block. ``confidence`` is the
+    confidence head h, an output of its own, and ``share`` comes from the row's softmax: Eq. (6)'s
+    two inputs (§3.3) are distinct.
     """
 
     tokens: np.ndarray
@@ -86,6 +94,7 @@ class DrafterStats:
 #: Every drafter by its config name (``drafter.kind``), imported on first use.
 DRAFTERS: Registry[Callable[..., Drafter]] = Registry("drafter kind", {
     "draft-model": "adaspark.decoding.drafter.draft_model:DraftModelDrafter",
+    "dspark": "adaspark.decoding.drafter.dspark:DSparkDrafter",
 }, "adaspark.decoding.drafter.base.DRAFTERS; drafter.kind in conf/drafter/")
 
 

@@ -37,7 +37,9 @@ class DraftModelDrafter(Drafter):
     """B greedy steps of a small GGUF with the target's vocabulary."""
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, top_k: int = 8,
-                 threads: int | None = None, target_vocab: list[bytes] | None = None) -> None:
+                 threads: int | None = None, target_vocab: list[bytes] | None = None,
+                 target: Model | None = None) -> None:
+        del target  # the keyword contract of every drafter (a DSpark drafter reads the target)
         self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=1)
         self.top_k = top_k
         if target_vocab is not None:
