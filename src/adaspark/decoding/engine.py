@@ -199,6 +199,59 @@ def context_record(cp, mp, *, exact: bool, n_ctx_asked: int) -> dict[str, object
             "repack": bool(mp.use_extra_bufts), "tiled_mm": not exact}
 
 
+def load_gguf(path: Path, *, exact: bool, what: str = "") -> tuple[ctypes.c_void_p, object]:
+    """llama.cpp's model for ``path`` on the CPU (exact mode without repacked weights) and the
+    parameters it was loaded with; ``what`` names the file in the error (e.g. "the drafter ")."""
+    ll = _llama()
+    mp = ll.llama_model_default_params()
+    mp.n_gpu_layers = 0
+    if exact:
+        mp.use_extra_bufts = False
+    model = ll.llama_model_load_from_file(str(path).encode(), mp)
+    if not model:
+        raise EngineError(f"llama.cpp could not load {what}{path} (not a GGUF it can read?)")
+    return model, mp
+
+
+def context_params(n_ctx: int, n_batch: int, *, n_seq_max: int, exact: bool,
+                   threads: int | None = None, kv_unified: bool = True):
+    """The context parameters every context of ours shares: one logical batch the size of the
+    micro-batch, every core (or ``threads``) for decode and batch, flash attention forced on in
+    exact mode (its kernels are the deterministic path), no perf counters."""
+    ll = _llama()
+    cp = ll.llama_context_default_params()
+    cp.n_ctx = n_ctx
+    cp.n_batch = n_batch
+    cp.n_ubatch = n_batch
+    cp.n_seq_max = n_seq_max
+    cp.kv_unified = kv_unified
+    nt = threads or os.cpu_count() or 1
+    cp.n_threads = nt
+    cp.n_threads_batch = nt
+    if exact:
+        cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    cp.no_perf = True
+    return cp
+
+
+def free_native(owner: object) -> None:
+    """Free ``owner.ctx`` then ``owner.model`` (each once; safe on a half-built owner)."""
+    ll = _llama()
+    if getattr(owner, "ctx", None):
+        ll.llama_free(owner.ctx)
+        owner.ctx = None
+    if getattr(owner, "model", None):
+        ll.llama_model_free(owner.model)
+        owner.model = None
+
+
+def model_meta(model: ctypes.c_void_p, key: str) -> str | None:
+    """A metadata value of a loaded model as text (None when the key is absent)."""
+    buf = ctypes.create_string_buffer(4096)
+    n = _llama().llama_model_meta_val_str(model, key.encode(), buf, 4096)
+    return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+
 class Model:
     """A loaded GGUF with its vocabulary and chat template, and one context over it."""
 
@@ -224,27 +277,11 @@ class Model:
         self.path = path
         self.exact = exact
         self.n_batch = n_batch
-        mp = ll.llama_model_default_params()
-        mp.n_gpu_layers = 0
-        if exact:
-            mp.use_extra_bufts = False
-        self.model = ll.llama_model_load_from_file(str(path).encode(), mp)
-        if not self.model:
-            raise EngineError(f"llama.cpp could not load {path} (not a GGUF it can read?)")
+        self.model, mp = load_gguf(path, exact=exact)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
-        cp = ll.llama_context_default_params()
-        cp.n_ctx = n_ctx
-        cp.n_batch = n_batch
-        cp.n_ubatch = n_batch
-        cp.n_seq_max = n_seq_max
-        cp.kv_unified = kv_unified
-        nt = threads or os.cpu_count() or 1
-        cp.n_threads = nt
-        cp.n_threads_batch = nt
-        if exact:
-            cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cp.no_perf = True
+        cp = context_params(n_ctx, n_batch, n_seq_max=n_seq_max, exact=exact, threads=threads,
+                            kv_unified=kv_unified)
         self.ctx = ll.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise EngineError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
@@ -266,12 +303,7 @@ class Model:
         if getattr(self, "_batch", None) is not None:
             ll.llama_batch_free(self._batch)
             self._batch = None
-        if getattr(self, "ctx", None):
-            ll.llama_free(self.ctx)
-            self.ctx = None
-        if getattr(self, "model", None):
-            ll.llama_model_free(self.model)
-            self.model = None
+        free_native(self)
 
     def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order varies
         try:
@@ -326,10 +358,7 @@ class Model:
         return raw.decode("utf-8") if raw else None
 
     def meta(self, key: str) -> str | None:
-        ll = _llama()
-        buf = ctypes.create_string_buffer(4096)
-        n = ll.llama_model_meta_val_str(self.model, key.encode(), buf, 4096)
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+        return model_meta(self.model, key)
 
     # -- batches ---------------------------------------------------------------------------
 

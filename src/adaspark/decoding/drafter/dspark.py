@@ -36,7 +36,6 @@ row of a ``llama_batch_ext`` must be ``len(target_layers) * n_embd_target`` floa
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,7 +51,15 @@ from adaspark.decoding.drafter.dspark_file import (
     read_dspark_file,
     read_target,
 )
-from adaspark.decoding.engine import EngineError, Target, _llama
+from adaspark.decoding.engine import (
+    EngineError,
+    Target,
+    _llama,
+    context_params,
+    free_native,
+    load_gguf,
+    model_meta,
+)
 from adaspark.decoding.llama_ext import ext
 
 #: Rows per injection batch (the drafter context's batch size; a prefill chunk is at most 128).
@@ -62,6 +69,12 @@ INJECT_BATCH = 512
 def block_tokens(anchor: int, mask: int, block: int) -> list[int]:
     """The drafter's token block: the anchor, then ``block - 1`` mask tokens."""
     return [int(anchor)] + [int(mask)] * (block - 1)
+
+
+def batch_pos(p: int):
+    """A ``llama_batch_ext`` row's position (``llama_batch_ext_set_pos`` reads up to four, for
+    M-RoPE models; a text model reads the first): ``p`` three times, then 0."""
+    return (_llama().llama_pos * 4)(p, p, p, 0)
 
 
 def gather_features(layers: Sequence[np.ndarray], rows: Sequence[int]) -> np.ndarray:
@@ -101,22 +114,9 @@ class DSparkDrafter(Drafter):
         ll = _llama()
         self.target, self.exact, self.top_k = target, exact, top_k
         self.path = Path(path)
-        mp = ll.llama_model_default_params()
-        mp.n_gpu_layers = 0
-        if exact:
-            mp.use_extra_bufts = False
-        self.model = ll.llama_model_load_from_file(str(path).encode(), mp)
-        if not self.model:
-            raise EngineError(f"llama.cpp could not load the drafter {path}")
-        cp = ll.llama_context_default_params()
-        cp.n_ctx = n_ctx
-        cp.n_batch = cp.n_ubatch = max(INJECT_BATCH, self.info.block_size)
-        cp.n_seq_max = 1
-        nt = threads or os.cpu_count() or 1
-        cp.n_threads = cp.n_threads_batch = nt
-        if exact:
-            cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        cp.no_perf = True
+        self.model, _ = load_gguf(self.path, exact=exact, what="the drafter ")
+        cp = context_params(n_ctx, max(INJECT_BATCH, self.info.block_size), n_seq_max=1,
+                            exact=exact, threads=threads)
         cp.ctx_other = target.ctx  # the drafter borrows the target's embeddings and head
         self.ctx = ll.llama_init_from_model(self.model, cp)
         if not self.ctx:
@@ -136,18 +136,14 @@ class DSparkDrafter(Drafter):
                      else int(ll.llama_vocab_mask(vocab)))
         x = ext()
         x.set_embeddings_nextn(self.ctx, True, True)
-        ll.llama_set_causal_attn(self.ctx, self._meta("dflash.attention.causal") == "true")
+        ll.llama_set_causal_attn(self.ctx,
+                                 model_meta(self.model, "dflash.attention.causal") == "true")
         for lid in self.info.target_layers:
             x.set_embeddings_layer_inp(target.ctx, lid, True)
         self._batch = ll.llama_batch_ext_init(self.ctx)
         self.inject_s = 0.0  # injection time since the last block (added to its draft_s)
         self.prefill_inject_s = 0.0  # the request's prompt (inside the target's prefill time)
         target.on_committed_rows = self.inject
-
-    def _meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(64)
-        n = _llama().llama_model_meta_val_str(self.model, key.encode(), buf, 64)
-        return buf.value.decode() if n >= 0 else None
 
     def close(self) -> None:
         ll = _llama()
@@ -157,12 +153,7 @@ class DSparkDrafter(Drafter):
         if getattr(self, "_batch", None):
             ll.llama_batch_ext_free(self._batch)
             self._batch = None
-        if getattr(self, "ctx", None):
-            ll.llama_free(self.ctx)
-            self.ctx = None
-        if getattr(self, "model", None):
-            ll.llama_model_free(self.model)
-            self.model = None
+        free_native(self)
 
     # -- the drafter's KV: the committed text's features ---------------------------------------
 
@@ -191,7 +182,7 @@ class DSparkDrafter(Drafter):
                     row = ctypes.cast(base + i * width * 4, ctypes.POINTER(ctypes.c_float))
                     idx = ll.llama_batch_ext_add_embd(self._batch, 0,
                                                       ll.llama_embd(row, 1, width))
-                    pos = (ll.llama_pos * 4)(pos0 + i, pos0 + i, pos0 + i, 0)
+                    pos = batch_pos(pos0 + i)
                     if idx < 0 or not ll.llama_batch_ext_set_pos(self._batch, idx, pos):
                         raise EngineError(f"could not add feature row {i} to the drafter's "
                                           f"batch (code {idx})")
@@ -243,7 +234,7 @@ class DSparkDrafter(Drafter):
         ll.llama_batch_ext_clear(self._batch)
         for i, tok in enumerate(block_tokens(committed[-1], self.mask, B)):
             idx = ll.llama_batch_ext_add_token(self._batch, 0, tok)
-            pos = (ll.llama_pos * 4)(P + i, P + i, P + i, 0)
+            pos = batch_pos(P + i)
             ll.llama_batch_ext_set_pos(self._batch, idx, pos)
             ll.llama_batch_ext_set_output_logits(self._batch, idx, True)
         rc = ll.llama_process(self.ctx, ll.LLAMA_PROCESS_TYPE_DECODE, self._batch)
