@@ -233,6 +233,7 @@ class GenerateOptions:
     max_tokens: int = spec(min=1)
     json: bool = False
     check_greedy: bool = False
+    trace: bool = False
     exact: bool | None = None
     threads: int | None = spec(min=1, default=None)
 

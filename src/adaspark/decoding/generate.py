@@ -3,7 +3,7 @@ plain greedy decoding (§3.5; HARNESS "Near tie")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from omegaconf import DictConfig
@@ -79,7 +79,7 @@ def run_generate(cfg: DictConfig) -> dict[str, Any]:
         if parts.drafter is not None:
             check_fits(len(prompt), int(cfg.drafter.n_ctx), "drafter.n_ctx")
         gen = generate(target, prompt, int(cfg.max_tokens), parts.rule, parts.drafter,
-                       parts.block_positions)
+                       parts.block_positions, want_trace=bool(cfg.get("trace", False)))
         text = target.detokenize([t for t in gen.tokens if not target.is_eog(t)])
         out: dict[str, Any] = {
             "text": text,
@@ -97,6 +97,8 @@ def run_generate(cfg: DictConfig) -> dict[str, Any]:
             "stop": gen.stop,
             "widths": {str(k): v for k, v in sorted(gen.width_hist.items())},
         }
+        if gen.trace:  # trace=true: each round's anchor, picks, rows and accepted drafts
+            out["trace"] = [asdict(r) | {"picks": list(r.picks)} for r in gen.trace]
         if cfg.check_greedy:
             greedy = generate(target, prompt, int(cfg.max_tokens), make_rule("ar"),
                               want_gaps=True)

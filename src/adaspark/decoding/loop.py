@@ -18,6 +18,19 @@ from adaspark.decoding.engine import Target
 from adaspark.rules.base import RoundCounts, RoundOutcome, RoundState, WidthRule
 
 
+@dataclass(frozen=True)
+class RoundTrace:
+    """One round as ``generate(..., want_trace=True)`` keeps it: the anchor's position (the
+    index of ``committed[-1]``) and token, the drafted block's picks (empty when the round drafted
+    none), the verify's rows and how many of the committed tokens were accepted drafts."""
+
+    anchor_pos: int
+    anchor: int
+    picks: tuple[int, ...]
+    rows: int
+    accepted: int
+
+
 @dataclass
 class Generation:
     """One reply. ``tokens`` are the generated ids (an end-of-generation token included when the
@@ -39,6 +52,7 @@ class Generation:
     token_times: list[float] = field(default_factory=list)
     width_hist: dict[int, int] = field(default_factory=dict)
     gaps: list[float] = field(default_factory=list)
+    trace: list[RoundTrace] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -68,6 +82,7 @@ def generate(
     block_positions: int = 4,
     *,
     want_gaps: bool = False,
+    want_trace: bool = False,
     on_tokens: Callable[[list[int]], None] | None = None,
     stats: DrafterStats | None = None,
     request_id: str | None = None,
@@ -77,7 +92,8 @@ def generate(
 
     ``on_tokens`` is called with each round's committed tokens as they are committed (the
     server streams them). With ``want_gaps`` the top-2 logit gap of the row that produced each
-    generated token is kept (near-tie analysis, HARNESS). ``counts``, when given, is the
+    generated token is kept (near-tie analysis, HARNESS); with ``want_trace`` each round's
+    :class:`RoundTrace`. ``counts``, when given, is the
     accumulator the result's ``counts`` is (so a caller still reads the rounds' counts when a
     round's callback raised).
     """
@@ -99,6 +115,7 @@ def generate(
         state = RoundState(committed=target.committed, round_index=gen.rounds,
                            max_rows=target.max_rows, block_positions=block_positions)
         t_round = time.perf_counter()
+        anchor_pos, anchor = len(target.committed) - 1, int(target.committed[-1])
         block = None
         if drafter is not None and rule.wants_block(state):
             room = target.n_ctx - len(target.committed) - 1
@@ -135,6 +152,11 @@ def generate(
         gen.verify_s += res.verify_s
         gen.width_hist[plan.tree.n_rows] = gen.width_hist.get(plan.tree.n_rows, 0) + 1
         rule.observe(plan, outcome)
+        if want_trace:
+            gen.trace.append(RoundTrace(
+                anchor_pos=anchor_pos, anchor=anchor,
+                picks=tuple(block.picks) if block is not None else (),
+                rows=plan.tree.n_rows, accepted=len(path) - 1))
         if on_tokens is not None and emitted:
             on_tokens(emitted)
         t_since = time.perf_counter()
