@@ -21,7 +21,12 @@ from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-OVERRIDES = ["preset=smoke", "target=tiny", "drafter=tiny-truncated"]
+#: The DSpark arms' drafter: an oracle DSpark file the fixture writes for the tiny target
+#: (``adaspark dspark-file``), in the copy's root (the stages run there).
+DSPARK_FILE = "dspark-oracle.gguf"
+OVERRIDES = ["preset=smoke", "target=tiny", "drafter=tiny-truncated",
+             f"drafters.dspark.path={DSPARK_FILE}"]
+DSPARK_ARMS = ("llamacpp-dspark", "chain3-dspark", "adaspark-dspark")
 
 
 def _copy_checkout(dst: Path) -> None:
@@ -59,6 +64,9 @@ def _run(argv: list[str], copy: Path, timeout: float = 1200) -> subprocess.Compl
 def repro(tmp_path_factory, tiny_path, tiny_cut_path):
     copy = tmp_path_factory.mktemp("checkout")
     _copy_checkout(copy)
+    wrote = _run([sys.executable, "-m", "adaspark.cli", "dspark-file", "kind=oracle",
+                  "target=tiny", f"out={DSPARK_FILE}", "max_tokens=32"], copy)
+    assert wrote.returncode == 0, wrote.stderr
     made = _run([sys.executable, "-m", "adaspark.cli", "config", "format=yaml", *OVERRIDES], copy)
     assert made.returncode == 0, made.stderr
     (copy / "params.yaml").write_text(made.stdout)
@@ -72,13 +80,19 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     lock = OmegaConf.to_container(OmegaConf.load(copy / "dvc.lock"))
     stages = set(lock["stages"])
     expected = {"models", "testset", "survey", "run@llamacpp-chain", "run@adaspark",
-                "instrumented@adaspark", "fig5", "check", "tables", "figures", "report"}
+                "instrumented@adaspark", "fig5", "check", "tables", "figures", "report",
+                *(f"run@{a}" for a in DSPARK_ARMS)}
     assert expected <= stages, f"stages missing from dvc.lock: {expected - stages}"
 
     check = json.loads((copy / "runs" / "check.json").read_text())
     assert check["ok"] is True
-    for arm in ("llamacpp-chain", "adaspark"):
+    for arm in ("llamacpp-chain", "adaspark", *DSPARK_ARMS):
         assert (copy / "runs" / "arms" / arm / "replies.parquet").is_file(), arm
+    for arm in DSPARK_ARMS:  # the arms naming their own drafter ran on the DSpark file
+        assert check["arms"][arm]["not_run"] is None, check["arms"][arm]
+        fp = json.loads((copy / "runs" / "arms" / arm / "run.json").read_text())["fingerprint"]
+        assert fp["models"]["drafter"]["file"] == DSPARK_FILE, fp["models"]
+        assert fp["models"]["drafter"]["kind"] == "dspark", fp["models"]
     assert any((copy / "runs" / "extra" / "instrumented" / "adaspark" / "rounds").iterdir())
 
     for n in range(1, 11):

@@ -280,6 +280,9 @@ class ArmConfig:
     engine: Literal["ours", "llama-server"] = "ours"
     width_rule: str | None = None
     description: str | None = None
+    # the arm's own drafter, a file of conf/drafter/ composed under `drafters.<name>`
+    # (null: the composed `drafter` group): :func:`arm_view`
+    drafter: str | None = None
     rule: dict[str, Any] = field(default_factory=dict)
     server: dict[str, Any] = field(default_factory=dict)
 
@@ -305,6 +308,8 @@ class ArmConfig:
         """The arm as a config mapping again (flat rule keywords), for a config snapshot."""
         out: dict[str, Any] = {"name": self.name, "engine": self.engine,
                                "width_rule": self.width_rule, "description": self.description}
+        if self.drafter is not None:
+            out["drafter"] = self.drafter
         if self.engine == "llama-server":
             return out | {"server": dict(self.server)}
         return out | dict(self.rule)
@@ -395,6 +400,31 @@ def drafter_config(cfg: Any) -> DrafterConfig:
     return drafter
 
 
+def arm_view(cfg: Any, arm: ArmConfig) -> Any:
+    """The composed config as ``arm`` runs it: when the arm file names its own drafter
+    (``drafter: <name>``), its ``drafter`` group is ``drafters.<name>`` (conf/config.yaml composes
+    each file of conf/drafter/ there: ``drafters.dspark.path=FILE`` sets that one's file);
+    otherwise ``cfg`` itself. So arms with a draft model and arms with a DSpark file run side by
+    side under one config. Every reader of an arm's drafter (its parts, its server, its run's
+    fingerprint) reads it through this view; applying it twice gives the same view."""
+    if arm.drafter is None:
+        return cfg
+    drafters = cfg.get("drafters") or {}
+    if arm.drafter not in drafters:
+        raise ConfigError(
+            f"arm {arm.name} names drafter {arm.drafter!r}, which is not under `drafters:` "
+            f"(it has {sorted(drafters)}): fix the arm's `drafter:`, or compose the file with "
+            f"`- drafter@drafters.{arm.drafter}: {arm.drafter}` in conf/config.yaml's defaults")
+    view = OmegaConf.create(plain(cfg))
+    view.drafter = drafters[arm.drafter]
+    return view
+
+
+def drafter_key(arm: ArmConfig) -> str:
+    """Where the drafter ``arm`` runs with is set: ``drafter`` or ``drafters.<name>``."""
+    return "drafter" if arm.drafter is None else f"drafters.{arm.drafter}"
+
+
 def scheduler_mapping(cfg: Any) -> dict[str, Any] | None:
     """The composed ``scheduler`` group as a plain mapping, or None. A rule that takes it builds
     its :class:`SchedulerConfig` from it, which checks it (as :func:`check_scheduler` does when a
@@ -416,7 +446,7 @@ def check_drafter_kind(kind: str) -> None:
 def check_arm(raw: Any, where: str) -> ArmConfig:
     """An arm's common keys, its width rule's keywords and a llama-server arm's ``server:``."""
     raw = plain(raw)
-    common_keys = ("name", "engine", "width_rule", "description")
+    common_keys = ("name", "engine", "width_rule", "description", "drafter")
     arm = check_group(ArmConfig, {k: v for k, v in raw.items() if k in common_keys}, where)
     if arm.engine == "llama-server":
         server = raw.get("server") or {}
@@ -489,20 +519,33 @@ def validate(cfg: Any, *, command: str) -> None:
             checked = check_group(cls, raw.get(name), name, partial=command == "stage")
             if isinstance(checked, DrafterConfig):
                 check_drafter_kind(checked.kind)
+    drafters = raw.get("drafters") or {}
+    if not isinstance(drafters, dict):
+        raise ConfigError("drafters must be a mapping of drafter files by name "
+                          "(conf/config.yaml's `drafter@drafters.<name>` entries)")
+    for name, d in drafters.items():
+        checked = check_group(DrafterConfig, d, f"drafters.{name}", partial=command == "stage")
+        kind = checked.kind if isinstance(checked, DrafterConfig) else checked.get("kind")
+        if kind is not None:
+            check_drafter_kind(kind)
+    checked_arms = []
     if "arm" in raw and command in ("generate", "serve", "config"):
-        check_arm(raw["arm"], "arm")
+        checked_arms.append(check_arm(raw["arm"], "arm"))
     arms = raw.get("arms") or {}
     if command == "run":
         entries = check_run_arms(raw.get("run_arms"))
         for e in entries:
             key = e if e in arms else e.partition("@")[0]
             if key in arms:  # a missing arm is the runner's clear error
-                check_arm(arms[key], f"arms.{key}")
+                checked_arms.append(check_arm(arms[key], f"arms.{key}"))
     else:
         if "run_arms" in raw:
             check_value("run_arms", raw["run_arms"], list[str])
         for key, a in arms.items():
-            check_arm(a, f"arms.{key}")
+            checked_arms.append(check_arm(a, f"arms.{key}"))
+    if "drafters" in raw or command in ("generate", "serve", "run"):
+        for a in checked_arms:
+            arm_view(raw, a)  # an arm's own drafter is composed under drafters
     if "scheduler" in raw and raw["scheduler"] is not None:
         check_scheduler(raw["scheduler"])
     if "run" in raw and command in ("run", "config", "stage"):

@@ -181,14 +181,19 @@ class RunSelection:
     drafter_sha256: str | None = None
     cap: int | None = None
     preset: str | None = None
+    #: arms whose file names its own drafter (``drafter: <name>``): the arm's name -> the key
+    #: (``drafters.<name>``), file name and manifest sha256 its runs must have recorded
+    arm_drafters: Mapping[str, tuple[str, str | None, str | None]] = field(default_factory=dict)
 
     def names(self, parent: str) -> tuple[str, ...]:
         """The directory names the params name under ``parent`` (``arms``, ``extra/short``)."""
         return tuple(self.dirs.get(parent, ()))
 
-    def mismatches(self, meta: Mapping[str, Any], parent: str) -> list[Mismatch]:
-        """What a run directory's ``run.json`` (``meta``) under ``parent`` records otherwise
-        than the params name; empty when it is this run's."""
+    def mismatches(self, meta: Mapping[str, Any], parent: str,
+                   name: str | None = None) -> list[Mismatch]:
+        """What a run directory's ``run.json`` (``meta``) under ``parent`` (the directory
+        ``name``: its arm's own drafter, when its file names one) records otherwise than the
+        params name; empty when it is this run's."""
         fp = meta.get("fingerprint")
         if not isinstance(fp, Mapping):
             return [Mismatch("fingerprint", "none", "the runner's fingerprint",
@@ -207,11 +212,15 @@ class RunSelection:
         check("models.target.sha256", target.get("sha256"), self.target_sha256,
               "target.model in data/models.json")
         drafter = models.get("drafter")
+        key, dfile, dsha = "drafter", self.drafter_file, self.drafter_sha256
+        own = self.arm_drafters.get((name or "").partition("@")[0])
+        if own is not None:
+            key, dfile, dsha = own
         if isinstance(drafter, Mapping):  # recorded by speculative arms only
-            check("models.drafter.file", drafter.get("file"), self.drafter_file,
-                  "drafter.model or drafter.path")
-            check("models.drafter.sha256", drafter.get("sha256"), self.drafter_sha256,
-                  "drafter.model in data/models.json")
+            check("models.drafter.file", drafter.get("file"), dfile,
+                  f"{key}.model or {key}.path")
+            check("models.drafter.sha256", drafter.get("sha256"), dsha,
+                  f"{key}.model in data/models.json")
         subset_source = ("run.subset" if parent in (ARMS_DIR, f"{EXTRA_DIR}/repeat")
                          else f"extra_runs.{parent.split('/')[-1]}.subset")
         check("run.subset", run.get("subset"), self.subsets.get(parent), subset_source)
@@ -272,11 +281,18 @@ def selection_from_params(params: Mapping[str, Any],
             dirs[parent], subsets[parent] = arms, spec.get("subset")
     tfile, tsha = _model_expected(params.get("target"), "target", manifest)
     dfile, dsha = _model_expected(params.get("drafter"), "drafter", manifest)
+    drafters = params.get("drafters") if isinstance(params.get("drafters"), Mapping) else {}
+    arm_drafters: dict[str, tuple[str, str | None, str | None]] = {}
+    for arm_name, arm in (params.get("arms") or {}).items():
+        own = arm.get("drafter") if isinstance(arm, Mapping) else None
+        if own is not None and own in drafters:
+            key = f"drafters.{own}"
+            arm_drafters[str(arm_name)] = (key, *_model_expected(drafters[own], key, manifest))
     preset = params.get("preset")
     preset_name = preset.get("name") if isinstance(preset, Mapping) else preset
     return RunSelection(
         dirs=dirs, subsets=subsets, target_file=tfile, target_sha256=tsha, drafter_file=dfile,
-        drafter_sha256=dsha, cap=run.get("cap"),
+        drafter_sha256=dsha, cap=run.get("cap"), arm_drafters=arm_drafters,
         preset=None if preset_name is None else str(preset_name))
 
 
@@ -515,7 +531,7 @@ class Records:
                         RUN_FILE, f"unreadable ({e})", "the runner's JSON",
                         "the run's origin is unknown")]) from None
                 found = self.selection.mismatches(meta if isinstance(meta, Mapping) else {},
-                                                  parent)
+                                                  parent, name)
                 if found:
                     raise StaleRunError(d, stage_of(parent, name), found)
 

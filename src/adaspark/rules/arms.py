@@ -16,7 +16,14 @@ from adaspark.config import ConfigError
 from adaspark.decoding.drafter.base import Drafter, make_drafter
 from adaspark.decoding.engine import Target
 from adaspark.rules.base import WidthRule, rule_class
-from adaspark.schema import ArmConfig, drafter_config, scheduler_mapping, target_config
+from adaspark.schema import (
+    ArmConfig,
+    arm_view,
+    drafter_config,
+    drafter_key,
+    scheduler_mapping,
+    target_config,
+)
 
 
 @dataclass
@@ -53,8 +60,10 @@ def make_arm_rule(arm: ArmConfig, scheduler: Mapping[str, Any] | None = None,
 
 
 def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
-    """The running parts of ``arm`` under the composed ``cfg`` (its ``target``, ``drafter``,
-    ``scheduler`` and ``threads``, read through their typed schemas)."""
+    """The running parts of ``arm`` under the composed ``cfg`` (its ``target``, ``drafter``
+    (the arm's own, :func:`~adaspark.schema.arm_view`), ``scheduler`` and ``threads``, read
+    through their typed schemas)."""
+    cfg = arm_view(cfg, arm)
     target_cfg, drafter_cfg = target_config(cfg), drafter_config(cfg)
     threads = cfg.get("threads")
     rule = make_arm_rule(arm, scheduler_mapping(cfg), **rule_extra)
@@ -69,14 +78,17 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
     if rule.uses_drafter:
         if not drafter_cfg.path and not drafter_cfg.model:
             target.close()
-            raise ConfigError(f"drafter={drafter_cfg.name} needs drafter.path=FILE (the "
-                              "drafter's GGUF)")
+            key = drafter_key(arm)
+            raise ConfigError(f"arm {arm.name}: the drafter {drafter_cfg.name} has no file: set "
+                              f"{key}.path=FILE (the drafter's GGUF)"
+                              + ("" if key == "drafter" else
+                                 f"; the arm names its own drafter ({key}), so drafter.path "
+                                 "does not reach it"))
         dpath, dsha = model_files.resolve(drafter_cfg)
         try:
             drafter = make_drafter(
                 drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
-                top_k=drafter_cfg.candidates_per_position, threads=threads,
-                target_vocab=target.token_texts(), target=target,
+                top_k=drafter_cfg.candidates_per_position, threads=threads, target=target,
             )
         except Exception:
             target.close()
@@ -85,5 +97,5 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
         block_positions = block_positions or getattr(drafter, "block_positions", None)
     if block_positions is None and rule.uses_drafter:
         raise ConfigError(f"drafter {drafter_cfg.name} (kind {drafter_cfg.kind}) has no "
-                          "block_positions: set drafter.block_positions=B")
+                          f"block_positions: set {drafter_key(arm)}.block_positions=B")
     return Parts(target, rule, drafter, block_positions or 1, models)

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark.runs.conversation import Planned, conversation_sha256
 from adaspark.runs.settings import RunSettings
-from adaspark.schema import ArmConfig
+from adaspark.schema import ArmConfig, arm_view
 
 
 def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings, plan: list[Planned],
@@ -25,6 +25,7 @@ def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings, plan: list[Plan
     code (:func:`adaspark.provenance.code_fingerprint`)."""
     from adaspark import model_files, provenance
 
+    cfg = arm_view(cfg, arm)  # the arm's own drafter, when its file names one
     engine = arm.engine
     arm_fp = json.loads(json.dumps(arm.as_mapping(), default=str))
     for k in ("store", "log_dir"):  # where the run keeps them, not what it runs

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark import io, paths
 from adaspark.runs.settings import ArmEntry, RunSettings
-from adaspark.schema import ArmConfig
+from adaspark.schema import ArmConfig, arm_view
 from adaspark.serving.llama_server import ServerProcess
 
 # ---------------------------------------------------------------------------------------------
@@ -36,6 +36,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
     from adaspark.serving import llama_server
     from adaspark.serving.main import MainArgs, ServeOptions, free_port, main_argv
 
+    cfg = arm_view(cfg, arm)  # the arm's own drafter, when its file names one
     port = settings.port or free_port(settings.host)
     # The server runs from the checkout (paths.checkout_root); hand it absolute paths.
     out_dir = out_dir.resolve()
@@ -47,7 +48,8 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
             spec, out_dir / "server.log", startup_timeout_s=settings.startup_timeout_s,
             preexec=_die_with_parent)
     else:
-        snapshot = {k: cfg.get(k) for k in ("target", "drafter", "threads", "scheduler")}
+        snapshot = {k: cfg.get(k) for k in ("target", "drafter", "drafters", "threads",
+                                            "scheduler")}
         snapshot = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig)
                         else v) for k, v in snapshot.items()}
         snapshot["arms"] = {entry.entry: arm.as_mapping()}

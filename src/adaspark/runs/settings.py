@@ -11,7 +11,7 @@ from typing import Any
 from adaspark import paths
 from adaspark.config import ConfigError
 from adaspark.runs.rows import PROTOCOL_CAP
-from adaspark.schema import ArmConfig, check_arm, check_group, spec
+from adaspark.schema import ArmConfig, arm_view, check_arm, check_group, drafter_key, spec
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.testset.subsets import SUBSETS
 
@@ -115,3 +115,17 @@ def arm_config(cfg: Any, entry: ArmEntry) -> ArmConfig:
             return check_arm(arms[key], f"arms.{key}")
     raise RunError(f"no arm {entry.entry!r} under `arms:` in the config; it has {sorted(arms)}. "
                    f"Add `- arm@arms.{entry.name}: {entry.name}` to conf/config.yaml's defaults")
+
+
+def no_drafter_file(cfg: Any, arm: ArmConfig) -> str | None:
+    """Why ``arm`` is not run here, or None: an arm naming its own drafter (``drafter:``) whose
+    ``drafters.<name>`` entry has no file (a DSpark arm before a DSpark file exists for the
+    target). Such arms sit in a preset's ``run_arms`` and join it once the file is set."""
+    if arm.drafter is None or not arm.speculative:
+        return None
+    d = arm_view(cfg, arm).drafter
+    if d.get("path") or d.get("model"):
+        return None
+    return (f"arm {arm.name} names the drafter {arm.drafter!r}, whose file is not set "
+            f"({drafter_key(arm)}.path is null): set it to a drafter file for this target, "
+            f"e.g. `dvc exp run -S {drafter_key(arm)}.path=FILE`")

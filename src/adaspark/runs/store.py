@@ -23,6 +23,8 @@ ROWS_FILE = "replies.parquet"
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
 CRASH_FILE = "crash.json"
+#: Instead of replies: an arm the run stage did not run, and why (its drafter has no file).
+NOT_RUN_FILE = "not-run.json"
 
 
 # ---------------------------------------------------------------------------------------------

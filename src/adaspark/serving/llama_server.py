@@ -131,6 +131,9 @@ def spec_from_config(cfg: Any, arm: Any, *, port: int, host: str = LOOPBACK,
     if arm.get("engine") != "llama-server":
         raise ValueError(f"arm {arm.get('name')} is not a llama-server arm (engine: "
                          f"{arm.get('engine')})")
+    from adaspark.schema import arm_view, check_arm
+
+    cfg = arm_view(cfg, check_arm(arm, f"arms.{arm.get('name')}"))  # the arm's own drafter
     server = arm.get("server") or {}
     tpath, _ = model_files.resolve(cfg.target)
     spec_type = server.get("spec_type")

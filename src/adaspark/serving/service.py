@@ -92,7 +92,9 @@ class ArmService:
                  chat_template: Path | None = None, round_log: Path | None = None,
                  warmup: bool = True, tool_fallback: str = "generic") -> None:
         from adaspark.rules import arms
+        from adaspark.schema import arm_view
 
+        cfg = arm_view(cfg, arm)  # the arm's own drafter, when its file names one
         if tool_fallback not in TOOL_FALLBACKS:
             raise ValueError(f"tool_fallback must be one of {TOOL_FALLBACKS}, not "
                              f"{tool_fallback!r}")

@@ -34,8 +34,9 @@ from adaspark.runs.settings import (
     RunError,
     RunSettings,
     arm_config,
+    no_drafter_file,
 )
-from adaspark.runs.store import CRASH_FILE, RUN_FILE, SUMMARY_FILE, ResultStore
+from adaspark.runs.store import CRASH_FILE, NOT_RUN_FILE, RUN_FILE, SUMMARY_FILE, ResultStore
 from adaspark.stages import read_params, stage_main
 from adaspark.testset import SetFile, load_checked_sets
 
@@ -53,6 +54,7 @@ class ArmCheck:
     width1_exempt: bool = False
     width1_share: float | None = None
     after_resume: int = 0  # replies made by the server of a resumed run
+    not_run: str | None = None  # why the run stage left the arm out (no drafter file)
 
 
 def expected_keys(plan: list[Planned], rows: dict[tuple[str, str, int, int], dict[str, Any]]
@@ -82,6 +84,12 @@ def check_arm(cfg: Any, entry_text: str, run_dir: Path, settings: RunSettings,
     res = ArmCheck(entry.entry)
     if not run_dir.is_dir():
         res.problems.append(f"no run directory {run_dir}: the arm did not run")
+        return res
+    if (run_dir / NOT_RUN_FILE).exists():  # the run stage left it out (its drafter has no file)
+        res.not_run = no_drafter_file(cfg, arm_config(cfg, entry))
+        if res.not_run is None:
+            res.problems.append(f"{run_dir / NOT_RUN_FILE} says the arm was not run, but its "
+                                "drafter file is set now: run its stage again")
         return res
     if (run_dir / CRASH_FILE).exists():
         crash = json.loads((run_dir / CRASH_FILE).read_text())
@@ -150,7 +158,7 @@ def check_runs(cfg: Any, runs_dir: Path, sets: list[SetFile] | None = None) -> d
         "arms": {c.entry: {"ok": not c.problems, "problems": c.problems, "replies": c.replies,
                            "counts": c.counts, "speculative": c.speculative,
                            "width1_exempt": c.width1_exempt, "width1_share": c.width1_share,
-                           "after_resume": c.after_resume}
+                           "after_resume": c.after_resume, "not_run": c.not_run}
                  for c in checks},
     }
 
@@ -170,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     write_json(a.out, report, ensure_ascii=True)
     for entry, r in report["arms"].items():
+        if r["not_run"] is not None:
+            print(f"check: {entry}: not run: {r['not_run']}")
+            continue
         c = r["counts"]
         extra = ("" if r["width1_share"] is None
                  else f", width-1 rounds {100 * r['width1_share']:.1f}%")

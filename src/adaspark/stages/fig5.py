@@ -107,7 +107,7 @@ def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = pri
                     rule = arm_parts.make_arm_rule(check_arm(arm, f"arms.{arm['name']}"),
                                                    scheduler)
                     gen = generate(pair.target, list(p.token_ids), settings.max_tokens, rule,
-                                   pair.drafter, int(cfg.drafter.block_positions))
+                                   pair.drafter, pair.block_positions)
                     rows.append({
                         "context": ctx, "context_paper": paper_of[ctx], "prompt": p.name,
                         "width": w, "arm": str(arm.get("name")), "rounds": gen.rounds,

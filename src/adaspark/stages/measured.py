@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig
 
+from adaspark.config import ConfigError
 from adaspark.io import atomic_path, write_json
 
 
@@ -41,6 +42,11 @@ class ModelPair:
     files: dict[str, dict[str, Any]]
     started: float = field(default_factory=time.perf_counter)
 
+    @property
+    def block_positions(self) -> int:
+        """B: the drafter's own block unless ``drafter.block_positions`` sets it."""
+        return int(self.drafter.block_positions)
+
 
 @contextmanager
 def model_pair(cfg: DictConfig) -> Iterator[ModelPair]:
@@ -56,10 +62,17 @@ def model_pair(cfg: DictConfig) -> Iterator[ModelPair]:
     try:
         drafter = make_drafter(str(cfg.drafter.kind), path=dpath, n_ctx=int(cfg.drafter.n_ctx),
                                exact=False, top_k=int(cfg.drafter.candidates_per_position),
-                               threads=cfg.get("threads"), target_vocab=target.token_texts())
+                               threads=cfg.get("threads"), target=target)
     except BaseException:
         target.close()
         raise
+    if cfg.drafter.get("block_positions") is not None:
+        drafter.block_positions = int(cfg.drafter.block_positions)
+    elif getattr(drafter, "block_positions", None) is None:
+        drafter.close()
+        target.close()
+        raise ConfigError(f"drafter {cfg.drafter.name} (kind {cfg.drafter.kind}) has no "
+                          "block_positions: set drafter.block_positions=B")
     files = {"target": {"path": str(tpath), "sha256": tsha},
              "drafter": {"path": str(dpath), "sha256": dsha}}
     try:

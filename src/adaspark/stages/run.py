@@ -24,6 +24,7 @@ serves the whole group; the others find their replies stored and send nothing. W
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -31,10 +32,11 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from adaspark.config import ConfigError
-from adaspark.runs.order import plan_units, unit_of
+from adaspark.runs.order import RunUnit, plan_units, unit_of
 from adaspark.runs.progress import summary_table
 from adaspark.runs.run import run_unit
-from adaspark.runs.settings import RunError, RunSettings
+from adaspark.runs.settings import ArmEntry, RunError, RunSettings, arm_config, no_drafter_file
+from adaspark.runs.store import NOT_RUN_FILE
 from adaspark.schema import validate
 from adaspark.stages import read_params, stage_main
 
@@ -47,6 +49,22 @@ def apply_sets(cfg: DictConfig, sets: list[str]) -> None:
         if not eq or not key:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. run.subset=heldout")
         OmegaConf.update(cfg, key, yaml.safe_load(value) if value else None, merge=True)
+
+
+def write_skipped(out: Path, entry: str, why: str, on_mismatch: str) -> None:
+    """Mark ``out`` as the directory of an arm that was not run (``NOT_RUN_FILE``: the
+    reason), so the tables show the arm as not run and why. Results stored there by an earlier
+    run (with a drafter file since unset) are removed under ``--on-mismatch restart`` and
+    refused otherwise: they are not this config's."""
+    from adaspark.io import write_json
+
+    if out.is_dir() and any(p.name != NOT_RUN_FILE for p in out.iterdir()):
+        if on_mismatch != "restart":
+            raise RunError(f"{out} holds results of an earlier run of {entry}, which is not run "
+                           f"now ({why}); delete {out} or pass --on-mismatch restart")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / NOT_RUN_FILE, {"arm": entry, "not_run": why})
 
 
 @stage_main("run")
@@ -78,11 +96,21 @@ def main(argv: list[str] | None = None) -> int:
                                f"{listed!r}, not a list holding the arm {a.arm!r}")
             entries = [str(e) for e in listed]
         unit = unit_of(a.arm, plan_units(entries, settings.order, settings.groups))
+        dirs = {e: a.out.parent / e for e in unit.entries} | {a.arm: a.out}
+        skipped = {e: why for e in unit.entries
+                   if (why := no_drafter_file(cfg, arm_config(cfg, ArmEntry.parse(e))))}
+        for e, why in skipped.items():
+            write_skipped(dirs[e], e, why, a.on_mismatch)
+        if a.arm in skipped:
+            print(f"run {a.arm}: not run: {skipped[a.arm]}", file=sys.stderr)
+            return 0
+        unit = RunUnit(tuple(e for e in unit.entries if e not in skipped), unit.group)
+        for e in unit.entries:  # an arm not run before, whose drafter file is set now
+            (dirs[e] / NOT_RUN_FILE).unlink(missing_ok=True)
         if len(unit.entries) > 1 and a.out.name != a.arm:
             raise RunError(f"--out {a.out}: an interleaved group's arms go to sibling "
                            f"directories named by arm, so --out must end in /{a.arm}")
-        summaries = run_unit(cfg, unit, {e: a.out.parent / e for e in unit.entries} |
-                             {a.arm: a.out}, settings, on_mismatch=a.on_mismatch)
+        summaries = run_unit(cfg, unit, dirs, settings, on_mismatch=a.on_mismatch)
         summary = summaries[unit.entries.index(a.arm)]
     except ConfigError:
         raise

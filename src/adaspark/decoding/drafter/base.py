@@ -70,6 +70,9 @@ class Drafter(ABC):
     """
 
     name: str = "drafter"
+    #: B, when the drafter has a block of its own (a DSpark file's ``dflash.block_size``); a
+    #: draft model has none and takes ``drafter.block_positions``.
+    block_positions: int | None = None
 
     @abstractmethod
     def begin(self, prompt: list[int]) -> None: ...

@@ -34,14 +34,16 @@ def top_k_softmax(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class DraftModelDrafter(Drafter):
-    """B greedy steps of a small GGUF with the target's vocabulary."""
+    """B greedy steps of a small GGUF with the target's vocabulary (checked against
+    ``target_vocab``, or the loaded ``target``'s token list, when either is given)."""
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, top_k: int = 8,
                  threads: int | None = None, target_vocab: list[bytes] | None = None,
                  target: Model | None = None) -> None:
-        del target  # the keyword contract of every drafter (a DSpark drafter reads the target)
         self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=1)
         self.top_k = top_k
+        if target_vocab is None and target is not None:  # the loaded target's token list
+            target_vocab = target.token_texts()
         if target_vocab is not None:
             check_same_vocab(target_vocab, self.model.token_texts(), str(path))
         self.cached: list[int] = []  # tokens whose KV is in the drafter's sequence 0
