@@ -30,11 +30,13 @@ SPEED: dict[str, float] = {
     inp.LLAMACPP_AR: 26.0, inp.AR: 25.0, inp.LLAMACPP_CHAIN: 19.0, inp.CHAIN3: 21.0,
     inp.FULLCHAIN: 20.0, inp.TREE16: 17.0, inp.COSTMODEL: 22.5, inp.ADASPARK: 23.5,
     inp.CLASSES: 23.2, inp.WIDTH1: 25.5,
+    inp.LLAMACPP_DSPARK: 14.0, inp.CHAIN3_DSPARK: 28.0, inp.ADASPARK_DSPARK: 35.0,
     **{arm: 23.5 - 0.09 * abs(w - 6) ** 1.3 for w, arm in inp.PINNED.items()},
 }
 DEFAULT_ARMS = (inp.LLAMACPP_AR, inp.AR, inp.LLAMACPP_CHAIN, inp.CHAIN3, inp.ADASPARK, inp.WIDTH1)
 PAPER_ARMS = (inp.LLAMACPP_CHAIN, inp.CHAIN3, inp.FULLCHAIN, inp.TREE16, inp.COSTMODEL,
-              inp.ADASPARK, *inp.PINNED.values(), inp.CLASSES, inp.WIDTH1)
+              inp.ADASPARK, *inp.PINNED.values(), inp.CLASSES, inp.WIDTH1,
+              *inp.DSPARK_BLOCK.arms)
 SCHEDULER_ARMS = {inp.ADASPARK, inp.COSTMODEL, inp.TREE16, inp.CLASSES, inp.WIDTH1,
                   *inp.PINNED.values()}
 TARGET_FILE = "synthetic-target.gguf"
@@ -234,7 +236,8 @@ def synthetic_params(preset: str = "paper") -> dict[str, Any]:
         "run": {"subset": "evaluation" if paper else "short", "cap": 8192 if paper else 128},
         "extra_runs": {
             "repeat": {"arms": [inp.ADASPARK] if paper else []},
-            "heldout": {"arms": [inp.LLAMACPP_CHAIN, inp.ADASPARK] if paper else [],
+            "heldout": {"arms": [inp.LLAMACPP_CHAIN, inp.ADASPARK, inp.LLAMACPP_DSPARK,
+                                 inp.ADASPARK_DSPARK] if paper else [],
                         "subset": "heldout"},
             "short": {"arms": [inp.LLAMACPP_AR, inp.AR] if paper else [], "subset": "short"},
             "instrumented": {"arms": [inp.ADASPARK, inp.COSTMODEL], "subset": "short"},

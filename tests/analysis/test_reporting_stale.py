@@ -118,13 +118,17 @@ def test_the_report_reads_only_the_runs_the_params_name(mixed_runs: Path,
 
     index = {t["name"]: t for t in
              json.loads((tmp_path / "paper" / "tables" / "tables.json").read_text())["tables"]}
-    t4 = dict(zip(index["table4"]["columns"], index["table4"]["rows"][0], strict=True))
-    assert t4["imparo DSpark (tok/s)"] == DASH  # chain3: not in the smoke preset
-    assert t4["llama.cpp DSpark / own AR"] == DASH and t4["AdaSpark / own AR"] == DASH
-    assert t4["AdaSpark (tok/s)"] != DASH and t4["llama.cpp DSpark (tok/s)"] != DASH
+    (row,) = index["table4"]["rows"]  # the draft-model block only: no DSpark arm was named
+    t4 = dict(zip(index["table4"]["columns"], row, strict=True))
+    assert t4["drafter"] == "draft model"
+    assert t4["baseline"] == "llama.cpp draft-model chain (draft-simple)"
+    assert t4["imparo chain (tok/s)"] == DASH  # chain3: not in the smoke preset
+    assert t4["llama.cpp / own AR"] == DASH and t4["AdaSpark / own AR"] == DASH
+    assert t4["AdaSpark (tok/s)"] != DASH and t4["llama.cpp (tok/s)"] != DASH
     t6 = {row[1]: row[2:] for row in index["table6"]["rows"]}  # by arm: per-source cells
-    assert set(t6["imparo DSpark (3-token chain)"]) == {DASH}, t6
-    assert DASH not in t6["AdaSpark (+ acceptance model, n-gram)"], t6
+    assert set(t6["imparo draft-model chain (3-token chain)"]) == {DASH}, t6
+    assert DASH not in t6["AdaSpark (draft model) (+ acceptance model, n-gram)"], t6
+    assert DASH not in t6["llama.cpp draft-model chain (draft-simple) (tok/s)"], t6
 
 
 @pytest.mark.parametrize(("what", "stamp", "key"), [

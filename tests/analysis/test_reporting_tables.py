@@ -12,10 +12,13 @@ from reporting_helpers import FAST, Built
 from adaspark.analysis import stats, throughput
 from adaspark.analysis.records import (
     ADASPARK,
+    ADASPARK_DSPARK,
     AR,
     CHAIN3,
+    CHAIN3_DSPARK,
     LLAMACPP_AR,
     LLAMACPP_CHAIN,
+    LLAMACPP_DSPARK,
     Options,
     Records,
 )
@@ -68,12 +71,17 @@ def test_table4_ratio_is_the_statistics_modules_comparison(paper_runs: Path,
                                                            fast: Options) -> None:
     records = Records(paper_runs)
     frame = TABLES["table4"].build(records, fast)
-    c = stats.compare(records.replies(), ADASPARK, LLAMACPP_CHAIN, seed=fast.seed,
-                      n_resamples=fast.n_resamples)
-    assert frame.at[0, "AdaSpark / llama.cpp"] == c.format(2)
-    assert frame.at[0, "looped"] == 1
-    tps = throughput.arm_throughput(records.replies(), CHAIN3).tokens_per_s
-    assert frame.at[0, "imparo DSpark (tok/s)"] == pytest.approx(tps)
+    assert list(frame["drafter"]) == ["draft model", "DSpark"]
+    for row, (ada, base, chain) in enumerate([(ADASPARK, LLAMACPP_CHAIN, CHAIN3),
+                                              (ADASPARK_DSPARK, LLAMACPP_DSPARK, CHAIN3_DSPARK)]):
+        c = stats.compare(records.replies(), ada, base, seed=fast.seed,
+                          n_resamples=fast.n_resamples)
+        assert frame.at[row, "AdaSpark / llama.cpp"] == c.format(2)
+        tps = throughput.arm_throughput(records.replies(), chain).tokens_per_s
+        assert frame.at[row, "imparo chain (tok/s)"] == pytest.approx(tps)
+        tps = throughput.arm_throughput(records.replies(), base).tokens_per_s
+        assert frame.at[row, "llama.cpp (tok/s)"] == pytest.approx(tps)
+    assert list(frame["looped"]) == [1, 0]  # llamacpp-chain's looped reply
 
 
 def test_default_preset_shows_dashes_where_it_did_not_run(default_runs: Path,
@@ -195,13 +203,17 @@ def test_table4_notes_time_to_first_token_and_end_to_end_beside_the_headline(
     df = _timed_arms()
     frame = table4.table4_end_to_end(df, df, "t", fast)
     assert frame.iloc[0]["AdaSpark (tok/s)"] == pytest.approx(40.0 / 4.0)  # decode, unchanged
-    (note,) = frame.attrs["notes"]
-    assert ("llama.cpp DSpark 1.00 s, 7.0 tok/s; imparo DSpark 2.00 s, 6.0 tok/s (drafter "
-            "prefill 1.25 s); AdaSpark 1.50 s, 6.0 tok/s (drafter prefill 0.75 s); llama.cpp AR "
-            "0.25 s, 10.5 tok/s; our AR 0.50 s, 7.0 tok/s.") in note
+    notes = frame.attrs["notes"]
+    (note,) = [n for n in notes if n.startswith("End to end")]
+    assert ("llama.cpp draft-model chain (draft-simple) 1.00 s, 7.0 tok/s; imparo draft-model "
+            "chain 2.00 s, 6.0 tok/s (drafter prefill 1.25 s); AdaSpark (draft model) 1.50 s, "
+            "6.0 tok/s (drafter prefill 0.75 s); llama.cpp AR 0.25 s, 10.5 tok/s; our AR "
+            "0.50 s, 7.0 tok/s.") in note
     assert "No drafter prefill" not in note
     untimed = df.assign(ttft_s=float("nan"))
-    assert table4.table4_end_to_end(untimed, untimed, "t", fast).attrs["notes"] == []
+    # the same notes less the end-to-end one (the DSpark block's not run, the stand-in's)
+    assert table4.table4_end_to_end(untimed, untimed, "t", fast).attrs["notes"] == [
+        n for n in notes if n != note]
 
 
 def test_the_every_arm_table_holds_ttft_and_end_to_end_beside_decode(fast: Options) -> None:

@@ -6,7 +6,10 @@ under ``text``, numbers the body states about the same figure). Multi-level head
 (Table 4's "over own AR" columns become ``... / own AR``; Table 5's column groups prefix their
 columns) and Table 6's per-target block headers become a ``target`` column, so a paper table has the
 same columns as the table this project regenerates (:mod:`adaspark.analysis.tables`), and the report
-places the two side by side.
+places the two side by side. Ours hold a block per drafter kind where the paper's hold its targets
+(Tables 4-6), so Tables 4 and 5 add ``drafter`` and ``baseline`` columns and name the llama.cpp
+and chain columns by role; the paper's cells are its DSpark drafters', and the report says so
+beside a block whose drafter is a stand-in.
 """
 
 from __future__ import annotations

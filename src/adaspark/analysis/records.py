@@ -74,9 +74,14 @@ MODELS_FILE = "models.json"
 
 #: The arms of the paper's tables, by their file in conf/arm/ (HARNESS "Arms").
 LLAMACPP_AR = "llamacpp-ar"
-LLAMACPP_CHAIN = "llamacpp-chain"  # "llama.cpp DSpark" (Table 4)
+LLAMACPP_CHAIN = "llamacpp-chain"  # llama-server's draft-simple chain of at most 3 drafts
 AR = "ar"
-CHAIN3 = "chain3"  # "imparo DSpark (3-token chain)": the same chain on our engine
+CHAIN3 = "chain3"  # the same chain from the draft model on our engine
+#: The DSpark block's arms: llama-server's draft-dspark chain of at most 3 drafts, our engine's
+#: 3-pick chain and AdaSpark, all from one DSpark file (run directories runs/arms/<name>).
+LLAMACPP_DSPARK = "llamacpp-dspark"
+CHAIN3_DSPARK = "chain3-dspark"
+ADASPARK_DSPARK = "adaspark-dspark"
 FULLCHAIN = "fullchain"
 TREE16 = "tree16"
 COSTMODEL = "costmodel"
@@ -85,6 +90,43 @@ CLASSES = "adaspark-classes"
 WIDTH1 = "adaspark-w1"
 #: AdaSpark with its width pinned (Table 3), by rows.
 PINNED: dict[int, str] = {w: f"adaspark-w{w}" for w in (4, 5, 6, 8, 12, 16)}
+
+
+@dataclass(frozen=True)
+class DrafterBlock:
+    """One drafter kind's arms in Tables 4-6 and Figure 6, each with the one name every output
+    shows it by: the llama.cpp baseline the block's ratios are over, our engine's 3-pick chain
+    and AdaSpark. ``stand_in`` says what the drafter is when it is not the paper's DSpark;
+    ``ablation`` holds the block's arms between the chain and AdaSpark (Table 6)."""
+
+    kind: str
+    llamacpp: str
+    llamacpp_label: str
+    chain: str
+    chain_label: str
+    adaspark: str
+    adaspark_label: str
+    stand_in: str = ""
+    ablation: tuple[str, ...] = ()
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The llama.cpp baseline, the chain and AdaSpark (the block's Table 4 arms)."""
+        return (self.llamacpp, self.chain, self.adaspark)
+
+
+DRAFT_MODEL_BLOCK = DrafterBlock(
+    "draft model", LLAMACPP_CHAIN, "llama.cpp draft-model chain (draft-simple)", CHAIN3,
+    "imparo draft-model chain", ADASPARK, "AdaSpark (draft model)",
+    stand_in="a stand-in drafter (a same-vocabulary draft model, one forward per drafted "
+    "position), not the paper's DSpark", ablation=(FULLCHAIN, TREE16, COSTMODEL))
+DSPARK_BLOCK = DrafterBlock("DSpark", LLAMACPP_DSPARK, "llama.cpp DSpark", CHAIN3_DSPARK,
+                            "imparo DSpark", ADASPARK_DSPARK, "AdaSpark")
+#: The blocks in the order every output shows them. The draft-model block leads: every preset
+#: runs it today (no package ships a DSpark file for our targets), so the first row of each table
+#: stays the one a default run fills and the row its readers (the report, the recorded fixture)
+#: have always read; the paper's DSpark block follows.
+BLOCKS: tuple[DrafterBlock, ...] = (DRAFT_MODEL_BLOCK, DSPARK_BLOCK)
 
 #: The six sources in serving order: set name, the paper's name, its abbreviation (Table 6).
 SOURCES: tuple[tuple[str, str, str], ...] = (

@@ -29,10 +29,13 @@ import pandas as pd
 
 from adaspark.analysis import paper_values
 from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
-from adaspark.analysis.records import AR, LLAMACPP_CHAIN, Options, Records, selection_from_params
+from adaspark.analysis.records import AR, BLOCKS, Options, Records, selection_from_params
 from adaspark.analysis.tables.common import (
+    block_of,
     compare_or_none,
     end_to_end_or_none,
+    shown_blocks,
+    stand_in_note,
     throughput_or_none,
 )
 from adaspark.analysis.tables.render import DASH, ci_text, latex_escape, to_markdown
@@ -79,12 +82,17 @@ DECODE_TPS = "decode tok/s (headline, §4.1)"
 MEDIAN_TTFT = "end to end: median TTFT s"
 E2E_TPS = "end to end: tok/s"
 DRAFTER_PREFILL = "drafter prefill s (median)"
+BASELINE = "llama.cpp baseline"
+OVER_BASELINE = "over the baseline"
 
 
 def arms_overview(replies: pd.DataFrame, options: Options,
                   ar_replies: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every arm of the main runs: decode tok/s (the headline, §4.1), its speed over llama.cpp
-    DSpark (geometric mean of per-reply ratios with the bootstrap interval over conversations)
+    """Every arm of the main runs: decode tok/s (the headline, §4.1), its speed over its drafter
+    block's llama.cpp baseline (:func:`adaspark.analysis.tables.common.block_of`: the DSpark
+    block's arms over ``llamacpp-dspark``, every other arm over ``llamacpp-chain``, llama.cpp's
+    draft-model chain; geometric mean of per-reply ratios with the bootstrap interval over
+    conversations)
     and its tok/s over our AR decode's (``ar_replies``: the AR arm's rows, the short stage's when
     it ran); then, beside the headline, what §4.1 leaves out by design: the median time to first
     token, the end-to-end tok/s and the drafter's median prompt prefill
@@ -96,13 +104,14 @@ def arms_overview(replies: pd.DataFrame, options: Options,
     for arm in arms:
         t = throughput_or_none(replies, arm)
         e = end_to_end_or_none(replies, arm)
-        vs_llama = (None if arm == LLAMACPP_CHAIN
-                    else compare_or_none(replies, arm, LLAMACPP_CHAIN, options))
+        base = block_of(arm).llamacpp
+        vs_llama = None if arm == base else compare_or_none(replies, arm, base, options)
         rows.append({
             "arm": arm, "runs": int(replies.loc[replies["arm"] == arm, "repeat"].nunique()),
             "replies": None if t is None else t.n_replies,
             DECODE_TPS: None if t is None else t.tokens_per_s,
-            "over llama.cpp DSpark": None if vs_llama is None
+            BASELINE: None if arm == base else base,
+            OVER_BASELINE: None if vs_llama is None
             else ci_text(vs_llama.ratio, vs_llama.lo, vs_llama.hi),
             "tok/s over AR": None if t is None or ar is None
             else t.tokens_per_s / ar.tokens_per_s,
@@ -265,17 +274,24 @@ def _why_section(records: Records, tables: dict[str, dict[str, Any]],
                 "the speedups over AR all shrink; the scheduler's task (find the width that "
                 "pays) is the same, and its answer is narrower.")
     t4 = tables.get("table4")
-    if t4 and t4.get("rows"):
-        row = dict(zip(t4["columns"], t4["rows"][0], strict=False))
+    rows = [dict(zip(t4["columns"], r, strict=False)) for r in t4["rows"]] if t4 else []
+    kinds = {b.kind: b for b in BLOCKS}
+    rows = [(kinds[r["drafter"]], r) for r in rows if r.get("drafter") in kinds]
+    if rows:
         sec.p(
-            "End to end (Table 4), this run's AdaSpark over llama.cpp DSpark is "
-            f"{row.get('AdaSpark / llama.cpp', DASH)} and over its own AR decode "
-            f"{row.get('AdaSpark / own AR', DASH)}; the paper's are "
+            "End to end (Table 4), this run's "
+            + "; ".join(f"{b.adaspark_label} over {b.llamacpp_label} is "
+                        f"{r.get('AdaSpark / llama.cpp', DASH)} and over its own AR decode "
+                        f"{r.get('AdaSpark / own AR', DASH)}" for b, r in rows)
+            + "; the paper's, with its DSpark drafters, are "
             f"{_paper_range('table4', 'AdaSpark / llama.cpp')} and "
-            f"{_paper_range('table4', 'AdaSpark / own AR')} over its four targets. The drafter "
-            "here is a separate small model that runs one forward per "
-            "drafted position, not a DSpark block head, so a round's fixed cost D is larger "
-            "as well.")
+            f"{_paper_range('table4', 'AdaSpark / own AR')} over its four targets."
+            + "".join(f" The {b.kind} block runs {b.stand_in}, so a round's fixed cost D is "
+                      "larger as well." for b, _ in rows if b.stand_in)
+            + "".join(f" The {b.kind} block runs the DSpark file the run names in both "
+                      "engines, the paper's kind of drafter; how well it drafts is that file's "
+                      "(no package ships trained DSpark weights for our targets)."
+                      for b, _ in rows if not b.stand_in))
     run = params.get("run") or {}
     subset = records.main_subset or run.get("subset")
     try:
@@ -311,11 +327,13 @@ def _table_sections(tables: list[dict[str, Any]]) -> list[Section]:
     for t in tables:
         sec = Section(f"{t['label']}: {t['title']}", level=3)
         pair: list[Table] = []
+        stand = [b for b in BLOCKS if b.stand_in and stand_in_note(b) in (t.get("notes") or [])]
         if t.get("error"):
             sec.p(f"Not generated: {t['error']}")
         else:
             sec.p(f"This run. {t['caption']}")
-            pair.append(("This run", t["columns"], t["rows"]))
+            pair.append(("This run" + "".join(f" ({b.kind} block: {b.stand_in})"
+                                              for b in stand), t["columns"], t["rows"]))
         try:
             pt = paper_values.paper_table(t["name"])
             cols, rows = _paper_cells(t["name"])
@@ -348,8 +366,11 @@ def _figure_sections(figures: list[dict[str, Any]], figures_dir: Path) -> list[S
             continue
         lines = _flatten(pf.get("caption") or {}) + [
             f"(in the text) {x}" for x in _flatten(pf.get("text") or {})]
+        stand = [b for b in BLOCKS if b.stand_in and stand_in_note(b) in str(f.get("caption"))]
         if lines:
-            sec.p(f"The paper ({pf['section']}) states:").ul(lines)
+            sec.p(f"The paper ({pf['section']}) states"
+                  + "".join(f", for its DSpark drafters (this run's {b.kind} block runs "
+                            f"{b.stand_in})" for b in stand) + ":").ul(lines)
         out.append(sec)
     return out
 
@@ -365,8 +386,10 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
     figures = _read_index(figures_dir / FIGURES_INDEX).get("figures", [])
     intro = Section("About this report").p(
         "Generated by the pipeline's report stage from this run's records. Each table shows "
-        "this run's cells beside the paper's cells for the same columns; each figure shows this "
-        "run and lists the numbers the paper states for it. Our target is "
+        "this run's cells beside the paper's cells for the same quantities; each figure shows "
+        "this run and lists the numbers the paper states for it. Tables 4-6 and Figure 6 hold "
+        "a block per drafter kind this preset ran, each over its own llama.cpp baseline; the "
+        "paper's hold its targets, each with its DSpark drafter. Our target is "
         f"{options.target}; the paper's are {', '.join(paper_values.targets())}. A dash, or an "
         "empty panel marked \"not run in this preset\", is something this preset did not run; "
         "the note under it says which preset does. Bootstrap intervals: "
@@ -375,10 +398,14 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
     ext = Section("Every arm this preset ran (not a table of the paper)")
     try:
         ar, ar_subset = records.ar_replies("the report")
-        ov = arms_overview(records.replies("the report"), options, ar)
+        replies = records.replies("the report")
+        ov = arms_overview(replies, options, ar)
         ext.p("Decode tok/s on the client's clock, from the first to the last streamed token "
-              "(the headline, §4.1); each arm over llama.cpp DSpark (geometric "
-              f"mean of per-reply ratios, {DEFAULT_CONFIDENCE:.0%} bootstrap interval over "
+              "(the headline, §4.1); each arm over its drafter block's llama.cpp baseline ("
+              + "; ".join(f"{b.llamacpp}, {b.llamacpp_label}, for the {b.kind} block"
+                          for b in shown_blocks(replies)[0])
+              + f"; geometric mean of per-reply ratios, {DEFAULT_CONFIDENCE:.0%} bootstrap "
+              "interval over "
               f"conversations) and its tok/s over our AR decode's on the {ar_subset} subset. "
               "End to end, which §4.1 leaves out by design: the median time to first token "
               "(request sent to first token), the end-to-end tok/s (reply tokens over the time "

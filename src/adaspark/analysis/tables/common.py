@@ -3,16 +3,24 @@ and the attributes every table frame carries (see :mod:`adaspark.analysis.tables
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import pandas as pd
 
 from adaspark.analysis import stats, throughput
 from adaspark.analysis.bootstrap import StatsInputError
-from adaspark.analysis.records import Options, has_arm
+from adaspark.analysis.records import (
+    BLOCKS,
+    DRAFT_MODEL_BLOCK,
+    DrafterBlock,
+    Options,
+    has_arm,
+)
 
 NOT_RUN = "not run in this preset"
+#: How the note that a block's drafter is a stand-in begins (the report looks for it).
+STAND_IN = "Stand-in drafter"
 
 
 def compare_or_none(
@@ -108,3 +116,48 @@ def not_run_note(what: Sequence[str], filled_by: str) -> list[str]:
     if not what:
         return []
     return [f"{NOT_RUN}: {', '.join(what)} (dashes); {filled_by} fills them."]
+
+
+# ---------------------------------------------------------------------------------------------
+# Drafter blocks (Tables 4-6, Figure 6)
+
+
+def shown_blocks(
+    replies: pd.DataFrame | None,
+    arms_of: Callable[[DrafterBlock], Sequence[str]] = lambda b: b.arms,
+) -> tuple[list[DrafterBlock], list[DrafterBlock]]:
+    """The drafter blocks (:data:`~adaspark.analysis.records.BLOCKS`, in order) an output shows,
+    those with at least one of ``arms_of(block)`` in ``replies``, and those it leaves out. When
+    no block ran the lead block is shown (its cells dashes, as an empty run always was)."""
+    ran = [b for b in BLOCKS if any(has_arm(replies, a) for a in arms_of(b))]
+    shown = ran or [BLOCKS[0]]
+    return shown, [b for b in BLOCKS if b not in shown]
+
+
+def block_of(arm: str) -> DrafterBlock:
+    """The drafter block whose arms include ``arm`` (``adaspark@2`` is ``adaspark``'s); any
+    other arm runs the composed drafter, the draft model in every preset, so the draft-model
+    block's."""
+    base = arm.split("@")[0]
+    for b in BLOCKS:
+        if base in (*b.arms, *b.ablation):
+            return b
+    return DRAFT_MODEL_BLOCK
+
+
+def stand_in_note(block: DrafterBlock) -> str:
+    """The note that ``block``'s drafter is a stand-in, not the paper's DSpark."""
+    return (f"{STAND_IN}: the {block.kind} block ({block.llamacpp_label}, {block.chain_label}, "
+            f"{block.adaspark_label}) runs {block.stand_in}; the paper's values come from its "
+            "DSpark drafters, so they are no like-for-like check of this block.")
+
+
+def block_notes(shown: Sequence[DrafterBlock], left_out: Sequence[DrafterBlock],
+                filled_by: str = "a preset whose run_arms include them",
+                arms_of: Callable[[DrafterBlock], Sequence[str]] = lambda b: b.arms,
+                ) -> list[str]:
+    """The notes under an output with drafter blocks: each block left out as not run (its arms
+    and what fills it), and each shown block whose drafter is a stand-in."""
+    notes = [f"{NOT_RUN}: the {b.kind} block ({', '.join(arms_of(b))}), left out; "
+             f"{filled_by} fills it." for b in left_out]
+    return notes + [stand_in_note(b) for b in shown if b.stand_in]

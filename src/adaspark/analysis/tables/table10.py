@@ -7,7 +7,8 @@ first turns share their history and isolate the verify."
 
 Compared on the per-reply rows' ``text_sha256`` (``text`` when the hash is absent), AdaSpark's
 first run against ``chain3``, over the replies both served; first turns are ``turn == 0``,
-``reply == 0``.
+``reply == 0``. These are the draft-model block's arms
+(:data:`adaspark.analysis.records.DRAFT_MODEL_BLOCK`), named for what they are.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import hashlib
 
 import pandas as pd
 
-from adaspark.analysis.records import ADASPARK, CHAIN3, STAGE_RUN, Options, Records, arm_rows
-from adaspark.analysis.tables.common import finish, not_run_note
+from adaspark.analysis.records import DRAFT_MODEL_BLOCK, STAGE_RUN, Options, Records, arm_rows
+from adaspark.analysis.tables.common import finish, not_run_note, stand_in_note
 from adaspark.analysis.tables.render import fraction_text
 from adaspark.runs.rows import KEY_COLUMNS
 
@@ -35,10 +36,11 @@ def _hashes(rows: pd.DataFrame) -> pd.Series:
 def table10_identical_text(replies: pd.DataFrame, target: str,
                            subset: str | None = None) -> pd.DataFrame:
     """Table 10 from the main runs' per-reply rows (one row: this target)."""
-    first = arm_rows(replies, f"{ADASPARK}@1")
+    block = DRAFT_MODEL_BLOCK
+    first = arm_rows(replies, f"{block.adaspark}@1")
     if first.empty:
-        first = arm_rows(replies, ADASPARK)
-    chain = arm_rows(replies, CHAIN3)
+        first = arm_rows(replies, block.adaspark)
+    chain = arm_rows(replies, block.chain)
     row: dict[str, object] = {"target": target, "all replies": None, "first turns": None}
     if not first.empty and not chain.empty:
         a, b = _hashes(first), _hashes(chain)
@@ -49,14 +51,16 @@ def table10_identical_text(replies: pd.DataFrame, target: str,
         row["first turns"] = fraction_text(int(same[firsts].sum()), int(sum(firsts)))
     frame = pd.DataFrame([row])
     caption = (
-        f"Replies of the {subset or 'main'} subset whose text is byte-identical between "
-        f"AdaSpark's first run and the three-pick chain on our engine, on {target}. Later turns "
+        f"Replies of the {subset or 'main'} subset whose text is byte-identical between the "
+        f"first run of {block.adaspark_label} ({block.adaspark}) and {block.chain_label} "
+        f"({block.chain}, our engine's three-pick chain), on {target}. Later turns "
         "carry each arm's own earlier replies, so one early difference makes every later turn "
         "of that conversation differ; first turns share their history and isolate the verify."
     )
-    not_run = [a for a, r in ((ADASPARK, first), (CHAIN3, chain)) if r.empty]
+    not_run = [a for a, r in ((block.adaspark, first), (block.chain, chain)) if r.empty]
     return finish(frame, label="Table 10", title="Identical text", caption=caption,
-                  notes=not_run_note(not_run, "every preset"), filled_by=FILLED_BY)
+                  notes=[*not_run_note(not_run, "every preset"), stand_in_note(block)],
+                  filled_by=FILLED_BY)
 
 
 def build(records: Records, options: Options) -> pd.DataFrame:

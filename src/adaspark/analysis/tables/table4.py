@@ -6,9 +6,14 @@ interval over conversations). [...] looped counts the replies that looped in any
 each engine's speculation speedup over its own autoregressive (AR) decode: its tok/s on the
 evaluation subset over its AR tok/s, which is measured on the short subset only."
 
-Arms: llama.cpp DSpark is ``llamacpp-chain`` (llama-server's chain of at most three drafts),
-imparo DSpark is ``chain3`` (the same chain on our engine), AdaSpark ``adaspark``; the AR arms
-``llamacpp-ar`` and ``ar`` come from the short stage when it ran, else from the main runs.
+One row per drafter block (:data:`adaspark.analysis.records.BLOCKS`), each over its own llama.cpp
+baseline: the draft-model block is ``llamacpp-chain`` (llama-server's draft-simple chain of at
+most three drafts), ``chain3`` (the same chain on our engine) and ``adaspark``; the DSpark block,
+the paper's, ``llamacpp-dspark`` (draft-dspark), ``chain3-dspark`` and ``adaspark-dspark``. The
+columns are the paper's, named by role (``llama.cpp``, ``imparo chain``, ``AdaSpark``) and the
+``baseline`` cell names the row's llama.cpp arm. A block none of whose arms ran is left out and
+named in a note. The AR arms ``llamacpp-ar`` and ``ar`` (one pair for both blocks) come from the
+short stage when it ran, else from the main runs.
 """
 
 from __future__ import annotations
@@ -20,11 +25,9 @@ import pandas as pd
 from adaspark.analysis import stats
 from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import (
-    ADASPARK,
     AR,
-    CHAIN3,
+    BLOCKS,
     LLAMACPP_AR,
-    LLAMACPP_CHAIN,
     STAGE_RUN,
     STAGE_SHORT,
     Options,
@@ -32,18 +35,21 @@ from adaspark.analysis.records import (
     has_arm,
 )
 from adaspark.analysis.tables.common import (
+    block_notes,
     compare_or_none,
     end_to_end_or_none,
     finish,
     not_run_note,
+    shown_blocks,
     throughput_or_none,
 )
 from adaspark.analysis.tables.render import ci_text
 from adaspark.runs.rows import SINGLE_DELTA
 
 FILLED_BY = "every preset (the run stage; the AR arms on the short subset)"
-COLUMNS = ("target", "llama.cpp DSpark (tok/s)", "imparo DSpark (tok/s)", "AdaSpark (tok/s)",
-           "AdaSpark / llama.cpp", "looped", "llama.cpp DSpark / own AR", "AdaSpark / own AR")
+COLUMNS = ("target", "drafter", "baseline", "llama.cpp (tok/s)", "imparo chain (tok/s)",
+           "AdaSpark (tok/s)", "AdaSpark / llama.cpp", "looped", "llama.cpp / own AR",
+           "AdaSpark / own AR")
 
 
 def _tps(replies: pd.DataFrame | None, arm: str) -> float:
@@ -58,9 +64,9 @@ def end_to_end_note(replies: pd.DataFrame, ar_replies: pd.DataFrame | None) -> l
     :func:`adaspark.analysis.throughput.arm_end_to_end`) and, for the speculative arms whose
     server records it, the drafter's median prompt prefill. Empty when no arm has a time to
     first token."""
-    arms = [("llama.cpp DSpark", replies, LLAMACPP_CHAIN), ("imparo DSpark", replies, CHAIN3),
-            ("AdaSpark", replies, ADASPARK), ("llama.cpp AR", ar_replies, LLAMACPP_AR),
-            ("our AR", ar_replies, AR)]
+    arms = [(label, replies, arm) for b in BLOCKS for label, arm in (
+        (b.llamacpp_label, b.llamacpp), (b.chain_label, b.chain), (b.adaspark_label, b.adaspark))]
+    arms += [("llama.cpp AR", ar_replies, LLAMACPP_AR), ("our AR", ar_replies, AR)]
     parts, prefills = [], 0
     for label, frame, arm in arms:
         e = end_to_end_or_none(frame, arm)
@@ -85,47 +91,53 @@ def end_to_end_note(replies: pd.DataFrame, ar_replies: pd.DataFrame | None) -> l
 def table4_end_to_end(replies: pd.DataFrame, ar_replies: pd.DataFrame | None, target: str,
                       options: Options, subset: str | None = None,
                       ar_subset: str | None = None) -> pd.DataFrame:
-    """Table 4 from the main runs' per-reply rows and the AR arms' rows."""
-    tps = {arm: _tps(replies, arm) for arm in (LLAMACPP_CHAIN, CHAIN3, ADASPARK)}
-    ratio = compare_or_none(replies, ADASPARK, LLAMACPP_CHAIN, options)
-    present = [a for a in (LLAMACPP_CHAIN, CHAIN3, ADASPARK) if has_arm(replies, a)]
-    looped = stats.count_looped(replies, present) if present else None
+    """Table 4 from the main runs' per-reply rows and the AR arms' rows: a row per drafter
+    block that ran (the lead block's dashes when none did)."""
+    shown, left_out = shown_blocks(replies)
     ar_llama, ar_ours = _tps(ar_replies, LLAMACPP_AR), _tps(ar_replies, AR)
-    row = {
-        "target": target,
-        "llama.cpp DSpark (tok/s)": tps[LLAMACPP_CHAIN],
-        "imparo DSpark (tok/s)": tps[CHAIN3],
-        "AdaSpark (tok/s)": tps[ADASPARK],
-        "AdaSpark / llama.cpp": None if ratio is None else ci_text(ratio.ratio, ratio.lo,
-                                                                    ratio.hi),
-        "looped": looped,
-        "llama.cpp DSpark / own AR": tps[LLAMACPP_CHAIN] / ar_llama,
-        "AdaSpark / own AR": tps[ADASPARK] / ar_ours,
-    }
-    frame = pd.DataFrame([row], columns=list(COLUMNS))
-    single = {a: int((stats.arm_speeds(replies, a)["status"] == SINGLE_DELTA).sum())
-              for a in present}
-    n_single = max(single.values()) if single else 0
+    rows, parts, not_run = [], [], []
+    for b in shown:
+        tps = {arm: _tps(replies, arm) for arm in b.arms}
+        ratio = compare_or_none(replies, b.adaspark, b.llamacpp, options)
+        present = [a for a in b.arms if has_arm(replies, a)]
+        rows.append({
+            "target": target, "drafter": b.kind, "baseline": b.llamacpp_label,
+            "llama.cpp (tok/s)": tps[b.llamacpp], "imparo chain (tok/s)": tps[b.chain],
+            "AdaSpark (tok/s)": tps[b.adaspark],
+            "AdaSpark / llama.cpp": None if ratio is None else ci_text(ratio.ratio, ratio.lo,
+                                                                        ratio.hi),
+            "looped": stats.count_looped(replies, present) if present else None,
+            "llama.cpp / own AR": tps[b.llamacpp] / ar_llama,
+            "AdaSpark / own AR": tps[b.adaspark] / ar_ours,
+        })
+        n_single = max((int((stats.arm_speeds(replies, a)["status"] == SINGLE_DELTA).sum())
+                        for a in present), default=0)
+        parts.append(
+            f"{b.kind}: {b.llamacpp_label}, {b.chain_label} and {b.adaspark_label} "
+            f"({', '.join(b.arms)})"
+            + (f", the ratio over {ratio.n_replies} replies of {ratio.n_conversations} "
+               "conversations" if ratio else "")
+            + f", {n_single} single-delta replies left out")
+        not_run += [a for a in b.arms if not has_arm(replies, a)]
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
     caption = (
-        f"End to end on {target}. Left: decode tok/s on the {subset or 'main'} subset (generated "
-        "tokens over decode time, summed over replies) and AdaSpark over llama.cpp DSpark "
-        f"(geometric mean of per-reply ratios, {DEFAULT_CONFIDENCE:.0%} bootstrap interval "
-        "over conversations"
-        + (f", {ratio.n_replies} replies of {ratio.n_conversations} conversations" if ratio
-           else "")
-        + f"); looped counts the replies that looped in any arm; {n_single} single-delta "
-        "replies are left out as well. Right: each engine's speculation speedup over its own "
-        f"AR decode, measured on the {ar_subset or 'main'} subset"
+        f"End to end on {target}, a row per drafter kind, each over its own llama.cpp baseline. "
+        f"Left: decode tok/s on the {subset or 'main'} subset (generated tokens over decode "
+        "time, summed over replies) of the block's llama.cpp baseline, our engine's chain of "
+        "at most three drafts and AdaSpark, and AdaSpark over the baseline (geometric mean of "
+        f"per-reply ratios, {DEFAULT_CONFIDENCE:.0%} bootstrap interval over conversations); "
+        "looped counts the replies that looped in any arm of the block. " + "; ".join(parts)
+        + ". Right: each engine's speculation speedup over its own AR decode, measured on the "
+        f"{ar_subset or 'main'} subset"
         + (f" (llama.cpp and ours: {ar_llama:.1f} and {ar_ours:.1f} tok/s)."
            if not (math.isnan(ar_llama) or math.isnan(ar_ours)) else ".")
     )
-    formats = {c: "{:.1f}" for c in COLUMNS[1:4]} | {
-        "looped": "{:,.0f}", "llama.cpp DSpark / own AR": "{:.2f}×",
-        "AdaSpark / own AR": "{:.2f}×"}
-    not_run = [a for a in (LLAMACPP_CHAIN, CHAIN3, ADASPARK) if not has_arm(replies, a)]
+    formats = {c: "{:.1f}" for c in COLUMNS[3:6]} | {
+        "looped": "{:,.0f}", "llama.cpp / own AR": "{:.2f}×", "AdaSpark / own AR": "{:.2f}×"}
     not_run += [f"{a} (AR)" for a in (LLAMACPP_AR, AR) if not has_arm(ar_replies, a)]
     return finish(frame, label="Table 4", title="End to end", caption=caption, formats=formats,
                   notes=[*not_run_note(not_run, "a preset whose run_arms include them"),
+                         *block_notes(shown, left_out),
                          *end_to_end_note(replies, ar_replies)],
                   filled_by=FILLED_BY)
 
