@@ -110,6 +110,7 @@ def test_presets_compose_into_the_config(preset: str, tmp_path: Path) -> None:
         assert list(cfg.extra_runs.repeat.arms) == ["adaspark"]
     else:
         assert list(cfg.run_arms) == ["llamacpp-ar", "ar", "llamacpp-chain", "chain3",
-                                      "adaspark", "adaspark-w1"]
+                                      "adaspark", "adaspark-w1", "llamacpp-dspark",
+                                      "chain3-dspark", "adaspark-dspark"]
     missing = [a for a in cfg.run_arms if a not in cfg.arms and not a.startswith("llamacpp")]
     assert not missing

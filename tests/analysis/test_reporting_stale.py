@@ -155,7 +155,8 @@ def test_a_stale_extra_group_directory_is_refused_and_old_runs_lack_a_preset(
         mixed_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The instrumented group's subset is ``extra_runs.instrumented.subset``; a run.json
     without a preset (made before the fingerprint held one) is compared on the rest."""
-    from adaspark.analysis.records import Records, StaleRunError, selection_from_params
+    from adaspark.analysis.records import Records
+    from adaspark.analysis.run_selection import StaleRunError, selection_from_params
 
     params = OmegaConf.to_container(OmegaConf.load(smoke_params(tmp_path / "p.yaml")))
     assert isinstance(params, dict)

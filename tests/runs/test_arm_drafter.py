@@ -114,7 +114,7 @@ def test_the_run_stage_leaves_out_an_arm_whose_drafter_has_no_file(tmp_path, cap
 
 
 def test_the_tables_expect_each_arms_own_drafter_file():
-    from adaspark.analysis.records import selection_from_params
+    from adaspark.analysis.run_selection import selection_from_params
 
     cfg = compose(["target=tiny", "drafter=tiny-truncated", "drafters.dspark.path=/x/d.gguf",
                    "run_arms=[chain3,chain3-dspark]"])

@@ -17,7 +17,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from adaspark.analysis.records import Options, Records, RunSelection
+    from adaspark.analysis.records import Options, Records
+    from adaspark.analysis.run_selection import RunSelection
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def build_outputs(specs: Mapping[str, OutputSpec], runs: Path, options: Options,
 
     ``selection`` names the run directories to read (the stages pass the params' one; None
     reads every directory); a named directory holding another run raises
-    :class:`~adaspark.analysis.records.StaleRunError` before anything is built."""
+    :class:`~adaspark.analysis.run_selection.StaleRunError` before anything is built."""
     from adaspark.analysis.records import CorruptInputError, MissingInputError, Records
 
     records = Records(runs, target_label=options.target, selection=selection)

@@ -29,7 +29,8 @@ import pandas as pd
 
 from adaspark.analysis import paper_values
 from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
-from adaspark.analysis.records import AR, BLOCKS, Options, Records, selection_from_params
+from adaspark.analysis.records import AR, BLOCKS, Options, Records
+from adaspark.analysis.run_selection import selection_from_params
 from adaspark.analysis.tables.common import (
     block_of,
     compare_or_none,
@@ -380,7 +381,7 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
     """Every section of the report, from the written files (see the module docstring). Only the
     run directories the params name are read (:func:`adaspark.analysis.records.
     selection_from_params`); one holding another run raises
-    :class:`~adaspark.analysis.records.StaleRunError`."""
+    :class:`~adaspark.analysis.run_selection.StaleRunError`."""
     records = Records(runs, target_label=options.target, selection=selection_from_params(params))
     tables = _read_index(tables_dir / TABLES_INDEX).get("tables", [])
     figures = _read_index(figures_dir / FIGURES_INDEX).get("figures", [])

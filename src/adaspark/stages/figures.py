@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 from adaspark.analysis.figures import FIGURES
 from adaspark.analysis.figures.style import info_of, save
 from adaspark.analysis.outputs import build_outputs
-from adaspark.analysis.records import Options, RunSelection, selection_from_params
+from adaspark.analysis.records import Options
+from adaspark.analysis.run_selection import RunSelection, selection_from_params
 from adaspark.io import write_json
 from adaspark.stages import load_params, output_args, stage_main
 from adaspark.stages.tables import options_from_params

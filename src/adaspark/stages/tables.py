@@ -13,8 +13,8 @@ section (``seed``, ``n_resamples``, ``bootstrap_method`` (``percentile``, the pa
 ``BCa``), ``context_split_tokens``: the bootstrap of §4.1, recorded in ``tables.json``), and which
 runs to read: ``run_arms`` and ``extra_runs`` name the directories, ``target``, ``drafter``,
 ``run.subset``, ``extra_runs.<group>.subset``, ``run.cap`` and ``preset.name`` what each must have
-recorded (:class:`adaspark.analysis.records.RunSelection`; other directories under ``--runs`` are
-left out, a named one that disagrees fails the stage).
+recorded (:class:`adaspark.analysis.run_selection.RunSelection`; other directories under
+``--runs`` are left out, a named one that disagrees fails the stage).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from adaspark.analysis.bootstrap import (
     DEFAULT_SEED,
 )
 from adaspark.analysis.outputs import build_outputs
-from adaspark.analysis.records import Options, RunSelection, selection_from_params
+from adaspark.analysis.records import Options
+from adaspark.analysis.run_selection import RunSelection, selection_from_params
 from adaspark.analysis.tables import TABLES
 from adaspark.analysis.tables.render import formatted, missing_cells, write_table
 from adaspark.io import write_json

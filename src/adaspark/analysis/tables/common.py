@@ -159,5 +159,6 @@ def block_notes(shown: Sequence[DrafterBlock], left_out: Sequence[DrafterBlock],
     """The notes under an output with drafter blocks: each block left out as not run (its arms
     and what fills it), and each shown block whose drafter is a stand-in."""
     notes = [f"{NOT_RUN}: the {b.kind} block ({', '.join(arms_of(b))}), left out; "
-             f"{filled_by} fills it." for b in left_out]
+             f"{filled_by}{f' and {b.needs}' if b.needs else ''} fill"
+             f"{'' if b.needs else 's'} it." for b in left_out]
     return notes + [stand_in_note(b) for b in shown if b.stand_in]
