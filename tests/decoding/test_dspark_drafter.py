@@ -269,4 +269,32 @@ def test_a_file_with_layers_past_the_target_is_refused_at_load(files, tmp_path):
 def test_drafter_dspark_without_a_path_is_refused():
     r = run_cli("generate", "target=tiny", "drafter=dspark", "arm=chain3", "max_tokens=2")
     assert r.returncode != 0
-    assert "drafter=dspark needs drafter.path=FILE" in r.stderr
+    assert "the drafter dspark has no file: set drafter.path=FILE" in r.stderr
+
+
+def test_every_drafter_node_hangs_from_the_pick_whose_bias_its_row_got(files):
+    """Why no Markov bias is computed on the host: row i of the block is decoded under the bias
+    of the pick before it (the anchor's for row 0), and the candidate tree hangs each of row i's
+    tokens, pick and siblings, from exactly that node; no drafter node hangs below a sibling."""
+    from adaspark.decoding.candidates import PICK, SIBLING, from_block
+
+    cfg, parts = build(files.random, "chain3")
+    try:
+        from adaspark.decoding.generate import prompt_tokens
+
+        prompt = prompt_tokens(parts.target, cfg)
+        parts.target.prefill(prompt)
+        parts.drafter.begin(prompt)
+        block = parts.drafter.draft(parts.target.committed, BLOCK)
+    finally:
+        parts.close()
+    cands = from_block(block)
+    picks = {cands.position[j]: j for j in range(len(cands.tokens)) if cands.kind[j] == PICK}
+    assert sorted(picks) == list(range(BLOCK))
+    n_sib = 0
+    for j in range(len(cands.tokens)):
+        i = cands.position[j]
+        want = -1 if i == 0 else picks[i - 1]
+        assert cands.parent[j] == want, (j, i, cands.kind[j])
+        n_sib += cands.kind[j] == SIBLING
+    assert n_sib == BLOCK * (block.K - 1)

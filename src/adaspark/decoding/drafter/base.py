@@ -29,11 +29,14 @@ class Block:
 
     A DSpark block (``drafter/dspark.py``): the picks are the drafter's in-graph chain, each row's
     argmax under the Markov bias of the pick before it (§2.1); the siblings of a row are that
-    row's other top-K tokens, so they carry the bias of the *pick* chain's parent, not of their
-    own parent. That is what one forward computes (the exact per-parent bias needs the Markov head
-    on the host, a later step), and it keeps every arm on the same block. ``confidence`` is the
-    confidence head h, an output of its own, and ``share`` comes from the row's softmax: Eq. (6)'s
-    two inputs (§3.3) are distinct.
+    row's other top-K tokens. In the candidate tree (:mod:`adaspark.decoding.candidates`, Figure
+    1) a sibling at position i hangs from the pick at i-1 (the anchor for i = 0) and is a leaf,
+    so the bias its row got in the graph is its own parent's: every drafter node carries the
+    exact Markov bias of its parent, and nothing is computed on the host (a tree that hung
+    drafter nodes below a sibling would need that sibling's bias, ``markov_w2 @
+    markov_w1[sibling]``, which no arm here does). ``confidence`` is the confidence head h, an
+    output of its own, and ``share`` comes from the row's softmax: Eq. (6)'s two inputs (§3.3)
+    are distinct.
     """
 
     tokens: np.ndarray

@@ -210,10 +210,10 @@ class DSparkDrafter(Drafter):
         rows, top-K each.
 
         Picks are the in-graph chain (each row's argmax, under the Markov bias of the pick before
-        it); a row's siblings are the row's other top-K tokens, so they carry the bias of the
-        *pick* chain's parent, not of their own parent (the exact per-parent bias, computed on
-        the host from ``markov_w1``/``markov_w2``, is a later step): a sibling's rank and
-        probability are those of the pick's context, which is what the drafter computed.
+        it); a row's siblings are the row's other top-K tokens. A sibling hangs from the same
+        parent as the row's pick (the pick before, or the anchor) and is a leaf of the candidate
+        tree, so the row's in-graph bias is exactly its own parent's
+        (:class:`~adaspark.decoding.drafter.base.Block`).
         ``probs`` are each row's softmax (so ``share``, the pick's share of the top-K mass, is the
         drafter's distribution) and ``confidence`` is the confidence head h, a separate output:
         Eq. (6)'s two inputs (§3.3) stay distinct. A DFlash file (no confidence head) gets the
