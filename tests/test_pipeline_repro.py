@@ -4,7 +4,8 @@ The copy holds the files git tracks or would track (as they are in the working t
 params.yaml composed with ``preset=smoke`` and the tiny model. It runs its own ``src/``
 (PYTHONPATH), so the stages' paths resolve inside the copy. Real engines throughout:
 llama-server for llama.cpp's chain, our server for AdaSpark, the tiny model's survey and
-Figure 5 runs. About a minute on 2 cores.
+Figure 5 runs, and the DSpark block on an oracle DSpark file of the tiny model. About two
+minutes on 2 cores.
 """
 
 from __future__ import annotations
