@@ -1,0 +1,194 @@
+"""A device model for trace-driven replay (issue 14, "Device models"): what a round would cost on
+a device, so that labels recorded on this machine can be replayed under another device's prices.
+
+A model is a file of ``conf/device/``: the verify time T(n rows, context) as the paper's row
+classes (§3.2) with Eq. (3)'s per-class fit ``T_k(c) = alpha_k + beta_k * c`` — a verify of n rows
+costs what the class of the smallest listed width at or above n costs, so T is flat inside a
+class and steps between classes, as Eq. (2) describes — plus the drafter's time D per round, a
+per-round host term (the scheduler's own time, which whole-round rho counts) and an optional
+multiplicative noise with its own seed. ``label`` says where the numbers come from
+(``measured`` on a named machine, ``reconstructed`` from the paper's figures, ``synthetic``) and
+``sources`` where each one was read, so a replay's outputs can say so wherever they are shown.
+
+A file with a missing, negative or inconsistent coefficient is refused, naming the key and the
+fix (:class:`DeviceModelError`); nothing is clamped silently.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+from adaspark.config import ConfigError
+from adaspark.schema import check_group, spec
+
+LABELS = ("measured", "reconstructed", "synthetic")
+
+
+class DeviceModelError(ConfigError):
+    """A device model file that cannot price a round as written."""
+
+
+@dataclass(frozen=True)
+class VerifyClasses:
+    """T(n, c) by row class (§3.2, Eq. 3): ``rows[k]`` is class k's top width (increasing), and a
+    verify of n rows, ``rows[k-1] < n <= rows[k]``, costs ``alpha_ms[k] + beta_ms_per_1k[k] *
+    c / 1000`` at c tokens of context."""
+
+    rows: list[int]
+    alpha_ms: list[float]
+    beta_ms_per_1k: list[float]
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Multiplicative noise on each priced time: a lognormal factor of mean 1 and coefficient of
+    variation ``cv`` (0: none), drawn from ``seed``."""
+
+    cv: float = spec(min=0.0, default=0.0)
+    seed: int = spec(min=0, default=0)
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """One ``conf/device/<name>.yaml``, checked (:func:`device_from_mapping`)."""
+
+    name: str
+    label: Literal["measured", "reconstructed", "synthetic"]
+    verify: VerifyClasses
+    draft_ms: float = spec(min=0.0)
+    host_ms: float = spec(min=0.0)
+    description: str | None = None
+    noise: Noise = field(default_factory=Noise)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def max_rows(self) -> int:
+        return self.verify.rows[-1]
+
+    def class_of(self, n_rows: int) -> int:
+        """The index of the class a verify of ``n_rows`` rows falls in."""
+        if n_rows < 1 or n_rows > self.max_rows:
+            raise DeviceModelError(
+                f"device model {self.name} prices verifies of 1 to {self.max_rows} rows, not "
+                f"{n_rows}: add a wider class to verify.rows (with its alpha and beta), or keep "
+                f"the arm's widths at most {self.max_rows}")
+        return int(np.searchsorted(self.verify.rows, n_rows, side="left"))
+
+    def verify_s(self, n_rows: int, context: int) -> float:
+        """Eq. (3) for the class of ``n_rows`` at ``context`` tokens, in seconds (no noise)."""
+        k = self.class_of(n_rows)
+        v = self.verify
+        return (v.alpha_ms[k] + v.beta_ms_per_1k[k] * context / 1000.0) / 1e3
+
+    @property
+    def draft_s(self) -> float:
+        return self.draft_ms / 1e3
+
+    @property
+    def host_s(self) -> float:
+        return self.host_ms / 1e3
+
+    def noise_source(self) -> NoiseSource:
+        """A fresh source of this model's noise factors (same seed, same sequence)."""
+        return NoiseSource(self.noise.cv, self.noise.seed)
+
+
+class NoiseSource:
+    """Lognormal factors of mean 1 and coefficient of variation ``cv`` from ``seed``; 1.0 when
+    ``cv`` is 0. Determinism: same ``cv`` and seed, same factors in the same order."""
+
+    def __init__(self, cv: float, seed: int) -> None:
+        self.sigma = math.sqrt(math.log1p(cv * cv))
+        self.rng = np.random.default_rng(seed)
+
+    def factor(self) -> float:
+        if self.sigma == 0.0:
+            return 1.0
+        return float(self.rng.lognormal(-0.5 * self.sigma ** 2, self.sigma))
+
+
+def _check_classes(raw: Any, where: str) -> VerifyClasses:
+    v: VerifyClasses = check_group(VerifyClasses, raw, where, extra="refuse")
+    n = len(v.rows)
+    if n == 0:
+        raise DeviceModelError(f"{where}.rows is empty: list each class's top width")
+    for key in ("alpha_ms", "beta_ms_per_1k"):
+        if len(getattr(v, key)) != n:
+            raise DeviceModelError(f"{where}.{key} has {len(getattr(v, key))} values for "
+                                   f"{n} classes ({where}.rows): give one per class")
+    if v.rows[0] < 1 or any(b <= a for a, b in zip(v.rows, v.rows[1:], strict=False)):
+        raise DeviceModelError(f"{where}.rows={v.rows}: the classes' top widths must be at least "
+                               "1 and strictly increasing")
+    for key in ("alpha_ms", "beta_ms_per_1k"):
+        for k, x in enumerate(getattr(v, key)):
+            if not math.isfinite(x) or x < 0:
+                raise DeviceModelError(
+                    f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time cannot be "
+                    "negative; a source that reports a negative slope gives 0 here, and the "
+                    "file's sources say so")
+    return VerifyClasses([int(r) for r in v.rows], [float(a) for a in v.alpha_ms],
+                         [float(b) for b in v.beta_ms_per_1k])
+
+
+def device_from_mapping(raw: Any, where: str = "device") -> DeviceModel:
+    """A checked :class:`DeviceModel` from a file's mapping."""
+    try:
+        return _device(raw, where)
+    except DeviceModelError:
+        raise
+    except ConfigError as e:  # a key's type or range, from the typed schema
+        raise DeviceModelError(str(e)) from None
+
+
+def _device(raw: Any, where: str) -> DeviceModel:
+    if not isinstance(raw, dict):
+        raise DeviceModelError(f"{where} must be a mapping of keys, not {type(raw).__name__}")
+    for key in ("verify", "draft_ms", "host_ms", "label"):
+        if key not in raw:
+            raise DeviceModelError(f"{where}.{key} is missing: a device model names its label, "
+                                   "its verify classes, the drafter's draft_ms and the host_ms "
+                                   "per round (0 where the device has none)")
+    top = check_group(DeviceModel, {k: v for k, v in raw.items() if k not in ("verify", "noise")},
+                      where, extra="refuse", partial=True)
+    if top["label"] not in LABELS:
+        raise DeviceModelError(f"{where}.label={top['label']!r}: one of {', '.join(LABELS)}")
+    if top["label"] != "synthetic" and not top.get("sources"):
+        raise DeviceModelError(f"{where}.sources is empty: a {top['label']} model says where "
+                               "each number comes from (a machine, or the paper's line)")
+    noise = check_group(Noise, raw.get("noise") or {}, f"{where}.noise", extra="refuse")
+    return DeviceModel(
+        name=str(top.get("name") or where), label=top["label"],
+        verify=_check_classes(raw["verify"], f"{where}.verify"),
+        draft_ms=float(top["draft_ms"]), host_ms=float(top["host_ms"]),
+        description=top.get("description"), noise=noise,
+        sources={str(k): str(v) for k, v in (top.get("sources") or {}).items()})
+
+
+def device_path(name_or_path: str) -> Path:
+    """``conf/device/<name>.yaml`` of the checkout, or a path to a file."""
+    from adaspark import paths
+
+    p = Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml") or p.is_file():
+        return p
+    return paths.conf_dir() / "device" / f"{name_or_path}.yaml"
+
+
+def load_device(name_or_path: str) -> DeviceModel:
+    """The device model a name of ``conf/device/`` or a file names, checked."""
+    path = device_path(name_or_path)
+    if not path.is_file():
+        known = sorted(q.stem for q in (device_path("x").parent).glob("*.yaml"))
+        raise DeviceModelError(f"no device model {name_or_path!r} ({path} does not exist); "
+                               f"conf/device/ has {', '.join(known) or 'none'}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise DeviceModelError(f"{path} is not YAML: {e}") from None
+    return device_from_mapping(raw, where=path.stem)

@@ -1,0 +1,81 @@
+"""Device models for replay (issue 14, "Device models"; ``adaspark.replay.device``): Eq. (3) by
+row class with known answers, the shipped files load and say where their numbers come from, a
+file with a missing, negative or inconsistent coefficient is refused naming the key, and noise
+is deterministic under its seed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from adaspark.replay.device import DeviceModelError, device_from_mapping, load_device
+
+BASE = {
+    "name": "t", "label": "synthetic", "draft_ms": 2.0, "host_ms": 0.5,
+    "verify": {"rows": [4, 8, 32], "alpha_ms": [10.0, 12.0, 40.0],
+               "beta_ms_per_1k": [0.0, 1.0, 4.0]},
+}
+
+
+def model(**changes):
+    raw = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        if key.startswith("verify."):
+            raw["verify"][key.split(".", 1)[1]] = value
+        elif value is None:
+            raw.pop(key)
+        else:
+            raw[key] = value
+    return device_from_mapping(raw, "t")
+
+
+def test_a_verify_costs_its_class_top_widths_eq3_time():
+    d = model()
+    # 1-4 rows: class 4; 5-8: class 8; 9-32: class 32 (flat inside, steps between, §3.2)
+    assert [d.class_of(n) for n in (1, 4, 5, 8, 9, 32)] == [0, 0, 1, 1, 2, 2]
+    assert d.verify_s(3, 5000) == pytest.approx(0.010)
+    assert d.verify_s(8, 2000) == pytest.approx((12.0 + 1.0 * 2.0) / 1e3)
+    assert d.verify_s(9, 500) == pytest.approx((40.0 + 4.0 * 0.5) / 1e3)
+    assert (d.draft_s, d.host_s) == (0.002, 0.0005)
+    with pytest.raises(DeviceModelError, match="1 to 32 rows, not 33"):
+        d.verify_s(33, 0)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"draft_ms": None}, r"t\.draft_ms is missing"),
+    ({"verify.alpha_ms": [10.0, -1.0, 40.0]}, r"alpha_ms\[1\] \(the 8-row class\) is -1.0"),
+    ({"verify.beta_ms_per_1k": [0.0, 1.0]}, r"beta_ms_per_1k has 2 values for 3 classes"),
+    ({"verify.rows": [4, 4, 32]}, r"strictly increasing"),
+    ({"host_ms": -0.1}, r"host_ms"),
+    ({"label": "measured"}, r"sources is empty"),
+    ({"label": "guessed"}, r"label"),
+    ({"speed": 3}, r"unknown key"),
+])
+def test_a_bad_file_is_refused_naming_the_key(changes, message):
+    with pytest.raises(DeviceModelError, match=message):
+        model(**changes)
+
+
+def test_the_shipped_models_load_and_the_reconstruction_cites_its_lines():
+    paper = load_device("qwen3-4b-paper")
+    assert paper.label == "reconstructed" and paper.sources
+    # Table 1's Qwen3-4B rows at 1,596 tokens, within the fit's residual
+    for rows, table1 in ((8, 26.8), (16, 40.6), (32, 106.6)):
+        assert paper.verify_s(rows, 1596) * 1e3 == pytest.approx(table1, rel=0.01)
+    # §3.2: a 10-row verify 1.48x an 8-row one at 1,596 tokens (flat to 8, then a step)
+    assert paper.verify_s(10, 1596) / paper.verify_s(8, 1596) == pytest.approx(1.48, rel=0.01)
+    step = load_device("step-at-8")
+    assert step.verify_s(8, 8000) == step.verify_s(1, 0) < step.verify_s(9, 0)
+    with pytest.raises(DeviceModelError, match="no device model 'nosuch'"):
+        load_device("nosuch")
+
+
+def test_noise_is_seeded_and_of_mean_one():
+    a = model(noise={"cv": 0.2, "seed": 7}).noise_source()
+    b = model(noise={"cv": 0.2, "seed": 7}).noise_source()
+    xs = [a.factor() for _ in range(4000)]
+    assert xs == [b.factor() for _ in range(4000)]
+    assert sum(xs) / len(xs) == pytest.approx(1.0, abs=0.02)
+    assert len(set(xs)) > 1
+    assert model().noise_source().factor() == 1.0
