@@ -2,7 +2,8 @@
 
 Commands: ``generate`` (decode one prompt with an arm), ``models`` (assemble and check the model
 files of ``data/models.json``), ``serve``, ``run``, ``dspark-file`` (write a DSpark drafter GGUF
-for a target: random or oracle weights) and ``config`` (print the composed config).
+for a target: random or oracle weights), ``replay`` (an arm's width rule over a run's
+labelled replies, priced by a device model) and ``config`` (print the composed config).
 Every command checks its composed config against :mod:`adaspark.schema` before it runs: a bad
 value exits 2 with the key, the value and what is allowed; any other failure exits 1.
 """
@@ -151,6 +152,14 @@ def cmd_run(args: list[str]) -> int:
         print(f"adaspark run: {e}", file=sys.stderr)
         return 1
     return 0 if all(s.n_replies for s in summaries) else 1
+
+
+@command("replay")
+def cmd_replay(args: list[str]) -> int:
+    """Replay ``arm=`` over a run's labelled replies (run_dir=DIR device=recorded|NAME)."""
+    from adaspark.replay.command import replay_main
+
+    return replay_main(args)
 
 
 if __name__ == "__main__":

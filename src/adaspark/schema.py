@@ -503,7 +503,8 @@ def check_run_arms(raw: Any) -> list[str]:
 
 def validate(cfg: Any, *, command: str) -> None:
     """Check every group ``command`` reads from its composed config (once, before anything
-    runs or is written): ``generate``, ``serve``, ``run``, ``config`` or a pipeline ``stage``
+    runs or is written): ``generate``, ``serve``, ``run``, ``replay``, ``config`` or a pipeline
+    ``stage``
     (the params file: each group it holds)."""
     raw = plain(cfg)
     if not isinstance(raw, dict):
@@ -515,7 +516,7 @@ def validate(cfg: Any, *, command: str) -> None:
         if command == "config" and "max_tokens" in raw:
             check_group(GenerateOptions, raw, "")
     for name, cls in (("target", TargetConfig), ("drafter", DrafterConfig)):
-        if name in raw or command in ("generate", "serve", "run"):
+        if name in raw or command in ("generate", "serve", "run", "replay"):
             checked = check_group(cls, raw.get(name), name, partial=command == "stage")
             if isinstance(checked, DrafterConfig):
                 check_drafter_kind(checked.kind)
@@ -529,7 +530,7 @@ def validate(cfg: Any, *, command: str) -> None:
         if kind is not None:
             check_drafter_kind(kind)
     checked_arms = []
-    if "arm" in raw and command in ("generate", "serve", "config"):
+    if "arm" in raw and command in ("generate", "serve", "config", "replay"):
         checked_arms.append(check_arm(raw["arm"], "arm"))
     arms = raw.get("arms") or {}
     if command == "run":

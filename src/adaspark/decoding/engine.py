@@ -403,19 +403,21 @@ class Model:
                 self.on_committed_rows(range(end - start), start)
         return Prefill(reused=keep, decoded=len(tokens) - keep, seconds=spent)
 
-    def catch_up(self, cached: list[int], tokens: list[int]) -> Prefill:
+    def catch_up(self, cached: list[int], tokens: list[int], step: int | None = None) -> Prefill:
         """Make sequence 0 hold exactly ``tokens`` when it holds ``cached`` now: keep every cell
         of the common prefix (the last token is always decoded, for its logits, which
-        :meth:`logits` then gives as one row) and decode the rest in batches of ``n_batch``.
-        Returns the cells kept, the tokens decoded and the seconds spent decoding."""
+        :meth:`logits` then gives as one row) and decode the rest in batches of ``step`` tokens
+        (default ``n_batch``). Returns the cells kept, the tokens decoded and the seconds spent
+        decoding."""
         if not tokens:
             raise EngineError("cannot catch up to an empty sequence")
         keep = common_prefix(cached, tokens[:-1])
         _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
         todo = tokens[keep:]
         spent = 0.0
-        for start in range(0, len(todo), self.n_batch):
-            part = todo[start : start + self.n_batch]
+        step = step or self.n_batch
+        for start in range(0, len(todo), step):
+            part = todo[start : start + step]
             last = start + len(part) == len(todo)
             pos = range(keep + start, keep + start + len(part))
             self._fill(part, pos, [[0]] * len(part),

@@ -22,13 +22,22 @@ from adaspark.rules.base import RoundCounts, RoundOutcome, RoundState, WidthRule
 class RoundTrace:
     """One round as ``generate(..., want_trace=True)`` keeps it: the anchor's position (the
     index of ``committed[-1]``) and token, the drafted block's picks (empty when the round drafted
-    none), the verify's rows and how many of the committed tokens were accepted drafts."""
+    none), the verify's rows, how many of the committed tokens were accepted drafts, how many
+    tokens the round committed (accepted drafts and the target's token after them, before the
+    reply's cap cut them) and the times the width rule was told (:class:`RoundOutcome`): what a
+    replay with device model ``recorded`` prices the round at (``adaspark.replay``)."""
 
     anchor_pos: int
     anchor: int
     picks: tuple[int, ...]
     rows: int
     accepted: int
+    committed: int = 0
+    verify_s: float = 0.0
+    fixed_s: float = 0.0
+    draft_s: float = 0.0
+    commit_s: float = 0.0
+    round_s: float = 0.0
 
 
 @dataclass
@@ -156,7 +165,9 @@ def generate(
             gen.trace.append(RoundTrace(
                 anchor_pos=anchor_pos, anchor=anchor,
                 picks=tuple(block.picks) if block is not None else (),
-                rows=plan.tree.n_rows, accepted=len(path) - 1))
+                rows=plan.tree.n_rows, accepted=len(path) - 1, committed=len(new),
+                verify_s=outcome.verify_s, fixed_s=outcome.fixed_s, draft_s=outcome.draft_s,
+                commit_s=outcome.commit_s, round_s=outcome.round_s))
         if on_tokens is not None and emitted:
             on_tokens(emitted)
         t_since = time.perf_counter()

@@ -59,6 +59,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
         opts = ServeOptions(host=settings.host, port=port, store=out_dir / "store",
                             chat_template=template, warmup=settings.warmup,
                             round_log=out_dir / "rounds" if settings.round_log else None,
+                            trace_log=out_dir / "trace" if settings.round_log else None,
                             tool_fallback=settings.tool_fallback)
         argv = [sys.executable, "-m", "adaspark.serving.main",
                 *main_argv(MainArgs(params, entry.entry, settings.exact, opts))]

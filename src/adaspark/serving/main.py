@@ -3,7 +3,7 @@ HTTP API, streamed, on the client's clock).
 
     adaspark serve arm=chain3 target=tiny drafter=tiny-truncated port=8080 [exact=false]
                    [store=DIR] [host=127.0.0.1] [chat_template=FILE] [busy_wait_s=0]
-                   [warmup=true|false] [round_log=DIR] [tool_fallback=generic|none]
+                   [warmup=true|false] [round_log=DIR] [trace_log=DIR] [tool_fallback=generic|none]
     python -m adaspark.serving.main --params params.yaml --arm NAME [--exact|--fast] [--port N]
                                     [--store DIR] [--host H] [--chat-template FILE] [...]
 
@@ -90,6 +90,8 @@ class ServeOptions:
     warmup: bool = spec(default=True, help="decode a few tokens before listening")
     round_log: Path | None = spec(default=None, help="directory of the width rule's per-round "
                                   "log (Parquet)")
+    trace_log: Path | None = spec(default=None, help="directory of every round's trace, one "
+                                  "Parquet file per request (what `adaspark replay` reads)")
     tool_fallback: str = spec(choices=TOOL_FALLBACKS, default="generic",
                               help="tools for a chat template without tool support")
 
@@ -269,6 +271,7 @@ def serve(cfg: DictConfig, arm: DictConfig, opts: ServeOptions, *, exact: bool) 
         store = opts.store or fresh_store_dir(str(arm.name))
         service = ArmService(cfg, typed, exact=exact, store_dir=Path(store),
                              chat_template=opts.chat_template, round_log=opts.round_log,
+                             trace_log=opts.trace_log,
                              warmup=opts.warmup, tool_fallback=opts.tool_fallback)
     except BaseException:
         sock.close()

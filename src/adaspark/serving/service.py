@@ -90,6 +90,7 @@ class ArmService:
 
     def __init__(self, cfg: DictConfig, arm: ArmConfig, *, exact: bool, store_dir: Path,
                  chat_template: Path | None = None, round_log: Path | None = None,
+                 trace_log: Path | None = None,
                  warmup: bool = True, tool_fallback: str = "generic") -> None:
         from adaspark.rules import arms
         from adaspark.schema import arm_view
@@ -132,6 +133,7 @@ class ArmService:
         self.current: Job | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self.n_requests = 0
+        self.trace_log = trace_log  # every round's trace, per request (runs.round_trace)
         self.meta = self._meta(cfg)
         if warmup:
             self.executor.submit(self._warmup).result()
@@ -242,8 +244,11 @@ class ArmService:
         try:
             gen = generate(t, job.prompt, job.max_tokens, self.parts.rule, self.parts.drafter,
                            self.parts.block_positions, on_tokens=on_tokens, stats=stats,
-                           request_id=job.request_id, counts=counts)
+                           request_id=job.request_id, counts=counts,
+                           want_trace=self.trace_log is not None)
             stop = gen.stop
+            if self.trace_log is not None:
+                self._write_trace(job, gen)
         except _Cancelled:
             stop = "cancelled"
             try:
@@ -267,6 +272,18 @@ class ArmService:
         return JobResult(message=assembler.message(), finish_reason=finish,
                          prompt_tokens=len(job.prompt), completion_tokens=n_gen,
                          timings=timings, error=error)
+
+    def _write_trace(self, job: Job, gen: Generation) -> None:
+        from adaspark.runs import round_trace
+
+        assert self.trace_log is not None
+        round_trace.write_request(self.trace_log, round_trace.RequestTrace(
+            seq=self.n_requests, request_id=job.request_id, prompt=list(job.prompt),
+            tokens=list(gen.tokens), max_tokens=job.max_tokens, stop=gen.stop,
+            exact=self.exact, rounds=round_trace.rows_of(gen.trace),
+            meta={"arm": self.arm["name"], "models": self.parts.models,
+                  "block_positions": self.parts.block_positions,
+                  "max_rows": self.parts.target.max_rows, "n_ctx": self.n_ctx}))
 
     def _timings(self, gen: Generation | None, c: RoundCounts, stats: DrafterStats,
                  cache_n: int, n_prompt: int, stop: str) -> dict[str, Any]:

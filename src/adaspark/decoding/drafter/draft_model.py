@@ -42,6 +42,7 @@ class DraftModelDrafter(Drafter):
                  target: Model | None = None) -> None:
         self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=1)
         self.top_k = top_k
+        self.exact = exact
         if target_vocab is None and target is not None:  # the loaded target's token list
             target_vocab = target.token_texts()
         if target_vocab is not None:
@@ -66,7 +67,12 @@ class DraftModelDrafter(Drafter):
 
     def _sync(self, committed: list[int]) -> np.ndarray:
         """Bring the KV to ``committed`` and return the logits after its last token."""
-        kept = self.model.catch_up(self.cached, committed).reused
+        # exact mode: one token per decode, as the draft steps decode theirs, so a cell's values
+        # do not depend on how the rounds before committed it (a batch of k tokens and k
+        # one-token decodes differ on the CPU kernels, by up to half a logit on the tiny pair:
+        # measured for issue 14) and a block depends only on the committed text
+        kept = self.model.catch_up(self.cached, committed,
+                                   step=1 if self.exact else None).reused
         self.n_canonical = min(self.n_canonical, kept)
         self.cached = list(committed)
         return self.model.logits(1)[0]

@@ -1,0 +1,269 @@
+"""``adaspark replay arm=ARM run_dir=DIR device=recorded|<conf/device name>|FILE [out=DIR]
+[json=true]``: replay an arm's width rule over a run's labelled replies (issue 14).
+
+``run_dir`` is a directory ``adaspark run ... run.exact=true run.round_log=true out=DIR`` wrote
+(or one arm's directory in it): the arm's ``trace/`` gives the prompts, caps and request order,
+and the recorded rounds. The replies' labels (:mod:`adaspark.replay.labels`) are made on the
+engine in exact mode the first time and cached beside the run (``DIR/labels/<drafter>/``). The
+arm's real rule then replays every reply in the run's order (:mod:`adaspark.replay.loop`),
+priced by the device model; the replayed rounds go to ``out`` (default
+``DIR/replay/<arm>@<device>/``) as trace files marked as replay with the device model's name.
+Under ``device=recorded`` the replay is checked against the run round by round
+(:mod:`adaspark.replay.check`); the exit status is 3 when it is not exact.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from adaspark import io
+from adaspark.config import ConfigError, compose
+from adaspark.replay.check import check_replay
+from adaspark.replay.labels import (
+    LabelsTooShort,
+    LabelStore,
+    PromptLabels,
+    ensure_labels,
+    label_prompt,
+)
+from adaspark.replay.loop import ReplayedReply, replay_reply
+from adaspark.replay.prices import DevicePrices, Pricer, RecordedPrices
+from adaspark.runs.round_trace import TRACE_DIR, RequestTrace, read_traces, write_request
+
+#: Positions labelled past a reply's last token at first (a tree reaching deeper asks for more).
+EXTRA_POSITIONS = 2
+MAX_RELABELS = 50
+
+
+def _split(args: list[str], keys: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    mine: dict[str, str] = {}
+    rest = []
+    for a in args:
+        k, eq, v = a.partition("=")
+        if eq and k in keys:
+            if not v:
+                raise ConfigError(f"{k}= is empty")
+            mine[k] = v
+        else:
+            rest.append(a)
+    return mine, rest
+
+
+def arm_trace_dir(run_dir: Path, arm: str) -> Path:
+    """The trace directory of ``arm`` in ``run_dir`` (a run's out= directory or the arm's own)."""
+    for d in (run_dir / arm / TRACE_DIR, run_dir / TRACE_DIR):
+        if d.is_dir() and any(d.glob("*.parquet")):
+            return d
+    raise ConfigError(f"{run_dir} holds no round trace of arm {arm} ({run_dir / arm / TRACE_DIR} "
+                      "has no trace files): make the run with `adaspark run run_arms=[" + arm +
+                      "] run.exact=true run.round_log=true out=" + str(run_dir) + "`")
+
+
+def labels_identity(models: dict[str, Any], drafter_cfg: Any, block_positions: int,
+                    drafted: bool) -> dict[str, Any]:
+    from adaspark import provenance
+
+    build = provenance.llama_build()
+    return {
+        "target_sha256": models["target"]["sha256"],
+        "drafter_sha256": models["drafter"]["sha256"] if drafted else None,
+        "drafter_kind": str(drafter_cfg.kind) if drafted else None,
+        "block_positions": block_positions if drafted else 0,
+        "candidates_per_position": int(drafter_cfg.candidates_per_position) if drafted else 0,
+        "exact": True,
+        "decoding_code": provenance.code_fingerprint(),
+        "llama_cpp_commit": build.get("llama_cpp_commit"),
+        "llama_patches": build.get("llama_patches"),
+        "libllama_sha256": build.get("libllama_sha256"),
+    }
+
+
+def _check_models(traces: list[RequestTrace], models: dict[str, Any]) -> None:
+    have = traces[0].meta.get("models") or {}
+    for part in ("target", "drafter"):
+        want = (have.get(part) or {}).get("sha256")
+        got = (models.get(part) or {}).get("sha256")
+        if want != got:
+            raise ConfigError(f"the run's {part} file has sha256 {want}, this config's {got}: "
+                              f"replay with the {part} the run used (its trace meta names it)")
+
+
+def replay_all(cfg: Any, arm: Any, traces: list[RequestTrace], labels: dict[str, PromptLabels],
+               pricer: Pricer, out_dir: Path, max_rows: int) -> list[ReplayedReply]:
+    """One fresh rule replays every reply in the run's order (a learning rule's state carries
+    from reply to reply, as in the run)."""
+    from adaspark.replay.labels import prompt_key
+    from adaspark.rules.arms import make_arm_rule
+    from adaspark.schema import arm_view, scheduler_mapping
+
+    view = arm_view(cfg, arm)
+    extra: dict[str, Any] = {}
+    if "store" in arm.rule:
+        store = out_dir / "store.json"
+        store.unlink(missing_ok=True)
+        extra["store"] = str(store)
+    if "log_dir" in arm.rule:
+        log = out_dir / "rounds"
+        shutil.rmtree(log, ignore_errors=True)
+        extra["log_dir"] = str(log)
+    rule = make_arm_rule(arm, scheduler_mapping(view), **extra)
+    out = []
+    for t in traces:
+        out.append(replay_reply(
+            rule, labels[prompt_key(t.prompt)], t.max_tokens, pricer, seq=t.seq,
+            request_id=t.request_id, block_positions=int(t.meta["block_positions"]),
+            max_rows=max_rows, n_ctx=int(t.meta["n_ctx"])))
+    return out
+
+
+def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
+    from adaspark.replay.device import load_device
+    from adaspark.rules.arms import build
+    from adaspark.schema import arm_view, check_arm, drafter_config, validate
+
+    say = log or (lambda m: print(m, file=sys.stderr))
+    mine, rest = _split(args, ("run_dir", "device", "out"))
+    if "run_dir" not in mine:
+        raise ConfigError("replay needs run_dir=DIR: a run made with run.exact=true "
+                          "run.round_log=true")
+    run_dir = Path(mine["run_dir"])
+    device = mine.get("device", "recorded")
+    cfg = compose(rest)
+    validate(cfg, command="replay")
+    arm = check_arm(cfg.arm, "arm")
+    if arm.engine != "ours":
+        raise ConfigError(f"arm {arm.name} runs on {arm.engine}: replay runs our engine's width "
+                          "rules only (llama.cpp's own loop is not a rule it can call)")
+    traces = read_traces(arm_trace_dir(run_dir, str(arm.name)))
+    arm_dir = arm_trace_dir(run_dir, str(arm.name)).parent
+    base = arm_dir.parent if arm_dir != run_dir else run_dir
+    out_dir = Path(mine["out"]) if "out" in mine else base / "replay" / f"{arm.name}@{device}"
+    meta0 = traces[0].meta
+    if device == "recorded":
+        pricer: Pricer = RecordedPrices(traces)
+        max_rows = int(meta0["max_rows"])
+    else:
+        model = load_device(device)
+        pricer = DevicePrices(model)
+        max_rows = min(model.max_rows, int(meta0["max_rows"]))
+
+    # labels: on the engine, exact mode, cached beside the run
+    view = arm_view(cfg, arm)
+    parts = build(cfg, arm, exact=True)
+    try:
+        _check_models(traces, parts.models)
+        drafted = parts.drafter is not None
+        B = parts.block_positions
+        ident = labels_identity(parts.models, drafter_config(view), B, drafted)
+        name = (f"{view.drafter.name}-{ident['drafter_sha256'][:8]}" if drafted
+                else "no-drafter")
+        store = LabelStore(base / "labels" / name, ident)
+        want = {t.seq: len(t.tokens) + (B if drafted else 0) + EXTRA_POSITIONS for t in traces}
+
+        def make(prompt: list[int], n: int) -> PromptLabels:
+            return label_prompt(parts.target, parts.drafter, B, prompt, n)
+
+        spent = 0.0
+        for _attempt in range(MAX_RELABELS):
+            labels, dt = ensure_labels(store, [(t.prompt, want[t.seq]) for t in traces], make,
+                                       log=say)
+            spent += dt
+            try:
+                replies = replay_all(cfg, arm, traces, labels, _fresh(pricer, traces, device),
+                                     out_dir, max_rows)
+                break
+            except LabelsTooShort as e:
+                for t in traces:
+                    if _key(t) == e.key:
+                        want[t.seq] = e.position - (len(t.prompt) - 1) + 1 + EXTRA_POSITIONS
+                say(f"replay: a tree reaches past prompt {e.key}'s labels; labelling further")
+        else:
+            raise RuntimeError(f"the replay still needs more labels after {MAX_RELABELS} tries")
+    finally:
+        parts.close()
+
+    price_of = _fresh(pricer, traces, device)
+    for r in replies:
+        write_request(out_dir / TRACE_DIR, RequestTrace(
+            seq=r.seq, request_id=r.request_id, prompt=list(labels[_key(_by(traces, r.seq))]
+                                                           .prompt),
+            tokens=r.tokens, max_tokens=_by(traces, r.seq).max_tokens, stop=r.stop, exact=True,
+            rounds=r.rounds, meta={"replay": True, "device": price_of.name,
+                                   "device_label": price_of.label, "arm": str(arm.name),
+                                   "run_dir": str(run_dir)}))
+    widths: Counter[int] = Counter()
+    for r in replies:
+        widths.update(r.width_hist)
+    n_tok = sum(len(r.tokens) for r in replies)
+    secs = sum(r.decode_s for r in replies)
+    result: dict[str, Any] = {
+        "arm": str(arm.name), "device": price_of.name, "device_label": price_of.label,
+        "replay": True, "run_dir": str(run_dir), "out": str(out_dir),
+        "replies": len(replies), "tokens": n_tok,
+        "rounds": sum(len(r.rounds) for r in replies),
+        "tokens_per_round": n_tok / max(1, sum(len(r.rounds) for r in replies)),
+        "tokens_per_s": n_tok / secs if secs > 0 else None,
+        "accepted": sum(r.counts.n_accepted for r in replies),
+        "drafted": sum(r.counts.n_drafted for r in replies),
+        "widths": {str(k): v for k, v in sorted(widths.items())},
+        "labelling_s": spent,
+        "labelled_positions": sum(len(lab.next) for lab in labels.values()),
+    }
+    if device == "recorded":
+        text = {t.seq: labels[_key(t)].text[len(t.prompt):] for t in traces}
+        check = check_replay(traces, replies, text)
+        result |= check.as_dict()
+        result["fast_mode_run"] = not all(t.exact for t in traces)
+    io.write_json(out_dir / "summary.json", result)
+    return result
+
+
+def _key(t: RequestTrace) -> str:
+    from adaspark.replay.labels import prompt_key
+
+    return prompt_key(t.prompt)
+
+
+def _by(traces: list[RequestTrace], seq: int) -> RequestTrace:
+    return next(t for t in traces if t.seq == seq)
+
+
+def _fresh(pricer: Pricer, traces: list[RequestTrace], device: str) -> Pricer:
+    """A pricer in its starting state (a noise source restarts at its seed)."""
+    if isinstance(pricer, RecordedPrices):
+        return RecordedPrices(traces)
+    assert isinstance(pricer, DevicePrices)
+    return DevicePrices(pricer.model)
+
+
+def replay_main(args: list[str]) -> int:
+    want_json = any(a in ("json=true", "json=True") for a in args)
+    result = run_replay(args)
+    if want_json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        print(summary_text(result))
+    return 3 if result.get("exact") is False else 0
+
+
+def summary_text(r: dict[str, Any]) -> str:
+    lines = [f"replay of arm {r['arm']} under device model {r['device']} ({r['device_label']}):",
+             f"  {r['replies']} replies, {r['tokens']} tokens in {r['rounds']} rounds "
+             f"({r['tokens_per_round']:.2f} per round); accepted {r['accepted']} of "
+             f"{r['drafted']} drafted rows",
+             f"  replayed tok/s {r['tokens_per_s']:.1f}" if r.get("tokens_per_s") else
+             "  replayed tok/s: none (no time priced)",
+             f"  widths: {r['widths']}",
+             f"  labels: {r['labelled_positions']} positions ({r['labelling_s']:.1f} s spent "
+             "labelling now)"]
+    if "exact" in r:
+        lines.append(f"  exactness: {r['rounds_identical']}/{r['rounds_compared']} rounds "
+                     f"identical, committed tokens identical: {r['committed_identical']}, text "
+                     f"cuts {r['text_cuts']} -> {'EXACT' if r['exact'] else 'NOT EXACT'}")
+    lines.append(f"  records: {r['out']}")
+    return "\n".join(lines)

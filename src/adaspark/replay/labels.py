@@ -1,0 +1,275 @@
+"""Labels for trace-driven replay (issue 14, "Labels"): what any round at any anchor of a reply
+could be told by the target and the drafter.
+
+Under greedy decoding a verify row is accepted exactly when its parent row is accepted and its
+token is the target's argmax at the parent. An accepted row therefore always lies on the reply's
+own greedy text, and the only argmax a verify ever reads is the target's argmax at a text
+position: the text's next token. So for one prompt the labels are, at every position ``p`` an
+anchor can sit at (the prompt's last token, then every generated token):
+
+- ``next``: the target's greedy token after ``text[:p + 1]`` (Eq. 1's acceptance: the label of
+  every tree node whose path is the text; a node off the text is never accepted, whatever the
+  target's argmax below it);
+- ``next_eog``: whether that token ends generation;
+- the drafter's **full** block at ``p`` (B positions, top-K tokens and probabilities, the
+  confidence head): every arm's block at that anchor is its first positions.
+
+Nothing else a width rule reads comes from the engine: n-gram candidates come from the rule's own
+index over the committed text, and times from a device model (:mod:`adaspark.replay.prices`).
+
+Labels are made in exact mode (the target's argmax is then plain greedy decoding's, the same for
+every lossless arm), one position per round: a one-row verify after drafting the full block. One
+Parquet file per prompt (:data:`SCHEMA`, one row per anchor), written atomically when the prompt
+is done, so a killed labelling run resumes at the next prompt; the directory's ``meta.json``
+names the target, drafter and llama.cpp build the labels were made with, and labels made with
+other ones are refused, never mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from adaspark import io
+from adaspark.config import ConfigError
+from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.tree import chain_tree
+
+META_FILE = "meta.json"
+_META_KEY = b"adaspark.labels"
+
+SCHEMA = pa.schema([
+    pa.field("anchor_pos", pa.int64()),
+    pa.field("anchor", pa.int64()),
+    pa.field("next", pa.int64()),
+    pa.field("next_eog", pa.bool_()),
+    pa.field("block_tokens", pa.list_(pa.int64())),   # B*K, row-major; empty without a drafter
+    pa.field("block_probs", pa.list_(pa.float64())),
+    pa.field("confidence", pa.list_(pa.float64())),   # B
+])
+
+
+class LabelsError(ConfigError):
+    """Labels that cannot serve this replay as they are (another model, too short, missing)."""
+
+
+class LabelsTooShort(LabelsError):
+    """A replayed round needs the label at ``position``, past the labelled text."""
+
+    def __init__(self, key: str, position: int, have: int) -> None:
+        super().__init__(f"the labels of prompt {key} end at position {have - 1}; the replay "
+                         f"needs position {position}: label this prompt further")
+        self.key, self.position = key, position
+
+
+def prompt_key(prompt: list[int]) -> str:
+    """The file name of a prompt's labels: its tokens' sha256 (16 hex digits)."""
+    return hashlib.sha256(np.asarray(prompt, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+@dataclass
+class PromptLabels:
+    """One prompt's labels: row ``i`` is anchor position ``start + i`` (``start`` is the prompt's
+    last token). ``blocks`` is ``(n, B, K)`` tokens, ``probs`` the same shape, ``confidence``
+    ``(n, B)``; ``B = 0`` without a drafter."""
+
+    prompt: list[int]
+    next: np.ndarray
+    next_eog: np.ndarray
+    blocks: np.ndarray
+    probs: np.ndarray
+    confidence: np.ndarray
+
+    @property
+    def key(self) -> str:
+        return prompt_key(self.prompt)
+
+    @property
+    def start(self) -> int:
+        return len(self.prompt) - 1
+
+    @property
+    def end(self) -> int:
+        """One past the last labelled anchor position."""
+        return self.start + len(self.next)
+
+    @property
+    def text(self) -> list[int]:
+        """The prompt and the target's greedy continuation as far as labelled."""
+        return list(self.prompt) + [int(t) for t in self.next]
+
+    def _row(self, position: int) -> int:
+        i = position - self.start
+        if i < 0:
+            raise LabelsError(f"position {position} is inside prompt {self.key}")
+        if i >= len(self.next):
+            raise LabelsTooShort(self.key, position, self.end)
+        return i
+
+    def label(self, position: int) -> int:
+        """The target's greedy token after ``text[:position + 1]``."""
+        return int(self.next[self._row(position)])
+
+    def is_eog(self, position: int) -> bool:
+        return bool(self.next_eog[self._row(position)])
+
+    def block(self, position: int, n_positions: int, draft_s: float = 0.0) -> Block:
+        """The drafter's block at anchor ``position``, its first ``n_positions`` positions."""
+        i = self._row(position)
+        B = self.blocks.shape[1]
+        if B == 0:
+            raise LabelsError(f"the labels of prompt {self.key} hold no drafter blocks: they "
+                              "were made for an arm without a drafter; label with the arm's "
+                              "drafter")
+        if n_positions > B:
+            raise LabelsError(f"a round asks for {n_positions} positions; the labelled blocks "
+                              f"have {B}: label with the drafter's full block")
+        return Block(self.blocks[i, :n_positions].copy(), self.probs[i, :n_positions].copy(),
+                     self.confidence[i, :n_positions].copy(), draft_s=draft_s)
+
+
+# -- storage ---------------------------------------------------------------------------------
+
+
+def write_labels(path: Path, lab: PromptLabels) -> Path:
+    n = len(lab.next)
+    B = lab.blocks.shape[1] if lab.blocks.ndim == 3 else 0
+    table = pa.table({
+        "anchor_pos": list(range(lab.start, lab.start + n)),
+        "anchor": [int(t) for t in lab.text[lab.start:lab.start + n]],
+        "next": lab.next.astype(np.int64).tolist(),
+        "next_eog": lab.next_eog.astype(bool).tolist(),
+        "block_tokens": [lab.blocks[i].ravel().tolist() for i in range(n)] if B else [[]] * n,
+        "block_probs": [lab.probs[i].ravel().tolist() for i in range(n)] if B else [[]] * n,
+        "confidence": [lab.confidence[i].tolist() for i in range(n)] if B else [[]] * n,
+    }, schema=SCHEMA)
+    shape = [int(x) for x in lab.blocks.shape[1:]] if B else [0, 0]
+    head = {"prompt": [int(t) for t in lab.prompt], "block_shape": shape}
+    return io.write_parquet(path, table.replace_schema_metadata(
+        {_META_KEY: json.dumps(head).encode()}))
+
+
+def read_labels(path: Path) -> PromptLabels:
+    table = pq.read_table(path)
+    raw = (table.schema.metadata or {}).get(_META_KEY)
+    if raw is None or table.schema.remove_metadata() != SCHEMA:
+        raise LabelsError(f"{path} is not a labels file of this version: remove it and label "
+                          "again")
+    head = json.loads(raw)
+    B, K = head["block_shape"]
+    cols = table.to_pydict()
+    n = table.num_rows
+    if B:
+        blocks = np.asarray(cols["block_tokens"], dtype=np.int64).reshape(n, B, K)
+        probs = np.asarray(cols["block_probs"], dtype=np.float64).reshape(n, B, K)
+        conf = np.asarray(cols["confidence"], dtype=np.float64).reshape(n, B)
+    else:
+        blocks = np.zeros((n, 0, 0), dtype=np.int64)
+        probs = np.zeros((n, 0, 0))
+        conf = np.zeros((n, 0))
+    return PromptLabels(head["prompt"], np.asarray(cols["next"], dtype=np.int64),
+                        np.asarray(cols["next_eog"], dtype=bool), blocks, probs, conf)
+
+
+class LabelStore:
+    """A directory of labels made with one target, drafter and build (``identity``)."""
+
+    def __init__(self, directory: Path, identity: dict[str, Any]) -> None:
+        self.dir = Path(directory)
+        self.identity = identity
+        meta = self.dir / META_FILE
+        if meta.is_file():
+            have = json.loads(meta.read_text(encoding="utf-8"))
+            if have != identity:
+                diff = sorted(k for k in set(have) | set(identity)
+                              if have.get(k) != identity.get(k))
+                raise LabelsError(
+                    f"the labels in {self.dir} were made with another {', '.join(diff)}; "
+                    "labels of two models or builds are never mixed: remove that directory "
+                    "to label again with this one")
+
+    def path(self, prompt: list[int]) -> Path:
+        return self.dir / f"{prompt_key(prompt)}.parquet"
+
+    def get(self, prompt: list[int]) -> PromptLabels | None:
+        p = self.path(prompt)
+        return read_labels(p) if p.is_file() else None
+
+    def put(self, lab: PromptLabels) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        meta = self.dir / META_FILE
+        if not meta.is_file():
+            io.write_json(meta, self.identity)
+        write_labels(self.path(lab.prompt), lab)
+
+
+# -- labelling on the engine -----------------------------------------------------------------
+
+
+def label_prompt(target: Any, drafter: Any, block_positions: int, prompt: list[int],
+                 n: int) -> PromptLabels:
+    """Label ``n`` anchor positions after ``prompt`` on the engine: per position the drafter's
+    full block, then a one-row verify whose argmax is the label (committed as the next token).
+    It does not stop at an end-of-generation token: a round's tree may reach past it."""
+    target.prefill(prompt)
+    if drafter is not None:
+        drafter.begin(prompt)
+    B = block_positions if drafter is not None else 0
+    nxt, eog, blocks, probs, conf = [], [], [], [], []
+    for _ in range(n):
+        committed = target.committed
+        if len(committed) + 1 >= target.n_ctx:
+            break
+        if drafter is not None:
+            room = target.n_ctx - len(committed) - 1
+            if room < B:
+                break
+            b = drafter.draft(committed, B)
+            blocks.append(b.tokens)
+            probs.append(b.probs)
+            conf.append(b.confidence)
+        res = target.verify(chain_tree(int(committed[-1]), []))
+        tok = int(target.commit(res).tokens[0])
+        nxt.append(tok)
+        eog.append(bool(target.is_eog(tok)))
+    m = len(nxt)
+    K = blocks[0].shape[1] if blocks else 0
+    return PromptLabels(
+        list(prompt), np.asarray(nxt, dtype=np.int64), np.asarray(eog, dtype=bool),
+        np.asarray(blocks, dtype=np.int64).reshape(m, B, K) if B else
+        np.zeros((m, 0, 0), dtype=np.int64),
+        np.asarray(probs, dtype=np.float64).reshape(m, B, K) if B else np.zeros((m, 0, 0)),
+        np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)))
+
+
+def ensure_labels(store: LabelStore, prompts: list[tuple[list[int], int]],
+                  make: Callable[[list[int], int], PromptLabels],
+                  log: Callable[[str], None] = lambda _m: None) -> tuple[dict[str, PromptLabels],
+                                                                        float]:
+    """Every prompt's labels, at least ``n`` positions each (``prompts``: ``(prompt, n)``),
+    from the store or made with ``make`` and stored at once (a killed run resumes at the prompt
+    it was labelling). Returns the labels by prompt key and the seconds spent labelling."""
+    out: dict[str, PromptLabels] = {}
+    spent = 0.0
+    todo = len(prompts)
+    for i, (prompt, n) in enumerate(prompts, 1):
+        key = prompt_key(prompt)
+        have = out.get(key) or store.get(prompt)
+        if have is None or len(have.next) < n:
+            t0 = time.perf_counter()
+            have = make(prompt, n)
+            dt = time.perf_counter() - t0
+            spent += dt
+            store.put(have)
+            log(f"labels {i}/{todo}: prompt {key}, {len(have.next)} positions in {dt:.1f} s")
+        out[key] = have
+    return out, spent
