@@ -79,3 +79,33 @@ def test_noise_is_seeded_and_of_mean_one():
     assert sum(xs) / len(xs) == pytest.approx(1.0, abs=0.02)
     assert len(set(xs)) > 1
     assert model().noise_source().factor() == 1.0
+
+
+def _survey(law):
+    import pandas as pd
+
+    rows = []
+    for width, (a, b) in law.items():
+        for c in (400, 1600, 8400):
+            for pas in (0, 1):
+                for rnd in range(4):
+                    rows.append({"context": c, "context_paper": c, "prompt": f"{c}A",
+                                 "pass_index": pas, "width": width, "round": rnd,
+                                 "kept": rnd > 0, "verify_ms": a + b * c / 1000.0
+                                 + (50.0 if rnd == 0 else 0.0)})
+    return pd.DataFrame(rows)
+
+
+def test_a_survey_gives_a_measured_device_model_with_its_laws():
+    """Known laws in, the same alphas and betas out (dropped first rounds ignored); a falling
+    slope is set to 0 and the sources say so."""
+    from adaspark.replay.device import device_from_survey
+
+    law = {1: (39.0, 2.0), 8: (120.0, 6.5), 16: (150.0, -1.0)}
+    m = device_from_survey(_survey(law), name="here", source="s.parquet", draft_ms=80.0,
+                           host_ms=0.4, timing_source="a run")
+    assert m.label == "measured" and m.verify.rows == [1, 8, 16]
+    assert m.verify.alpha_ms[:2] == pytest.approx([39.0, 120.0])
+    assert m.verify.beta_ms_per_1k == pytest.approx([2.0, 6.5, 0.0])
+    assert "16" in m.sources["clamped"] and m.draft_ms == 80.0
+    assert m.verify_s(5, 1000) == pytest.approx((120.0 + 6.5) / 1e3)  # the 8-row class

@@ -28,6 +28,7 @@ OTHER = {
     "busy_wait_s": (2.5, "2.5"),
     "warmup": (False, "false"),
     "round_log": (Path("rounds"), "rounds"),
+    "trace_log": (Path("trace"), "trace"),
     "tool_fallback": ("none", "none"),
 }
 

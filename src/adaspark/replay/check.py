@@ -3,8 +3,9 @@
 Replaying a real run with each round's recorded time (device model ``recorded``) must reproduce
 that run's rounds (anchor, rows, accepted drafts, committed tokens, the drafted picks) and every
 reply's tokens exactly; a mismatch is a bug, never a tolerance. A fast-mode run's text may leave
-the exact-mode labels' text at a near tie: such a reply is cut at its first differing token (its
-rounds from the one whose committed tokens reach the cut are not compared) and counted.
+the exact-mode labels' text at a near tie: such a reply (of a fast-mode run only) is cut at its
+first differing token (its rounds from the one whose committed tokens reach the cut are not
+compared) and counted.
 """
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ def check_replay(recorded: list[RequestTrace], replayed: list[ReplayedReply],
         out.replies += 1
         out.rounds += len(rep.rounds)
         out.recorded_rounds += len(rec.rounds)
-        cut = first_difference(rec.tokens, label_text[rec.seq][: len(rec.tokens)])
+        # only a fast-mode reply may leave the labels' text (a near tie); an exact-mode reply
+        # that does is a mismatch like any other
+        cut = (None if rec.exact else
+               first_difference(rec.tokens, label_text[rec.seq][: len(rec.tokens)]))
         if cut is not None:
             out.text_cuts += 1
         limit = len(rec.prompt) - 1 + (len(rec.tokens) if cut is None else cut)

@@ -21,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from adaspark import io
 from adaspark.config import ConfigError, compose
 from adaspark.replay.check import check_replay
@@ -64,14 +66,27 @@ def arm_trace_dir(run_dir: Path, arm: str) -> Path:
                       "] run.exact=true run.round_log=true out=" + str(run_dir) + "`")
 
 
+def file_sha(entry: dict[str, Any] | None) -> str | None:
+    """A model entry's sha256 (``Parts.models``): the manifest's, else the file's own (a file
+    given by path has no manifest entry)."""
+    from adaspark import provenance
+
+    if not entry:
+        return None
+    if entry.get("sha256"):
+        return str(entry["sha256"])
+    path = Path(str(entry.get("path", "")))
+    return provenance.recorded_sha256(str(path)) if path.is_file() else None
+
+
 def labels_identity(models: dict[str, Any], drafter_cfg: Any, block_positions: int,
                     drafted: bool) -> dict[str, Any]:
     from adaspark import provenance
 
     build = provenance.llama_build()
     return {
-        "target_sha256": models["target"]["sha256"],
-        "drafter_sha256": models["drafter"]["sha256"] if drafted else None,
+        "target_sha256": file_sha(models["target"]),
+        "drafter_sha256": file_sha(models["drafter"]) if drafted else None,
         "drafter_kind": str(drafter_cfg.kind) if drafted else None,
         "block_positions": block_positions if drafted else 0,
         "candidates_per_position": int(drafter_cfg.candidates_per_position) if drafted else 0,
@@ -83,14 +98,44 @@ def labels_identity(models: dict[str, Any], drafter_cfg: Any, block_positions: i
     }
 
 
-def _check_models(traces: list[RequestTrace], models: dict[str, Any]) -> None:
+def _check_models(traces: list[RequestTrace], models: dict[str, Any], parts: tuple[str, ...]
+                  ) -> None:
+    """The run's model files are this config's: the target always (the labels' text is its),
+    the drafter too for the exactness check (a replay under a device model may replay another
+    drafter's arm over the same replies: its labels are made with that drafter)."""
     have = traces[0].meta.get("models") or {}
-    for part in ("target", "drafter"):
-        want = (have.get(part) or {}).get("sha256")
-        got = (models.get(part) or {}).get("sha256")
+    for part in parts:
+        want, got = file_sha(have.get(part)), file_sha(models.get(part))
         if want != got:
             raise ConfigError(f"the run's {part} file has sha256 {want}, this config's {got}: "
                               f"replay with the {part} the run used (its trace meta names it)")
+
+
+def pricer_for(device: str, traces: list[RequestTrace]) -> Pricer:
+    """``recorded``, ``survey:PATH`` (a survey's verify law with the run's own median D and host
+    time per round: ``cpu-measured`` when the survey and the run are this machine's) or a
+    device model of ``conf/device/`` (a name or a file)."""
+    from adaspark.replay.device import device_from_survey, load_device
+
+    if device == "recorded":
+        return RecordedPrices(traces)
+    if device.startswith("survey:"):
+        import pandas as pd
+
+        path = Path(device.partition(":")[2])
+        if not path.is_file():
+            raise ConfigError(f"device={device}: {path} does not exist (a survey stage's "
+                              "survey.parquet)")
+        drafted = [r for t in traces for r in t.rounds if r.picks]
+        draft = float(np.median([r.draft_s for r in drafted])) * 1e3 if drafted else 0.0
+        host = float(np.median([r.fixed_s - r.draft_s for r in drafted] or
+                               [r.fixed_s for t in traces for r in t.rounds])) * 1e3
+        return DevicePrices(device_from_survey(
+            pd.read_parquet(path), name=f"survey-{path.parent.name or path.stem}",
+            source=str(path), draft_ms=draft, host_ms=max(host, 0.0),
+            timing_source=f"medians over the drafted rounds of the run's trace ({len(drafted)} "
+                          "rounds)"))
+    return DevicePrices(load_device(device))
 
 
 def replay_all(cfg: Any, arm: Any, traces: list[RequestTrace], labels: dict[str, PromptLabels],
@@ -122,7 +167,6 @@ def replay_all(cfg: Any, arm: Any, traces: list[RequestTrace], labels: dict[str,
 
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
-    from adaspark.replay.device import load_device
     from adaspark.rules.arms import build
     from adaspark.schema import arm_view, check_arm, drafter_config, validate
 
@@ -144,19 +188,17 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     base = arm_dir.parent if arm_dir != run_dir else run_dir
     out_dir = Path(mine["out"]) if "out" in mine else base / "replay" / f"{arm.name}@{device}"
     meta0 = traces[0].meta
-    if device == "recorded":
-        pricer: Pricer = RecordedPrices(traces)
-        max_rows = int(meta0["max_rows"])
-    else:
-        model = load_device(device)
-        pricer = DevicePrices(model)
-        max_rows = min(model.max_rows, int(meta0["max_rows"]))
+    pricer = pricer_for(device, traces)
+    max_rows = int(meta0["max_rows"])
+    if isinstance(pricer, DevicePrices):
+        max_rows = min(pricer.model.max_rows, max_rows)
 
     # labels: on the engine, exact mode, cached beside the run
     view = arm_view(cfg, arm)
     parts = build(cfg, arm, exact=True)
     try:
-        _check_models(traces, parts.models)
+        _check_models(traces, parts.models,
+                      ("target", "drafter") if device == "recorded" else ("target",))
         drafted = parts.drafter is not None
         B = parts.block_positions
         ident = labels_identity(parts.models, drafter_config(view), B, drafted)

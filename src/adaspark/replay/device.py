@@ -192,3 +192,46 @@ def load_device(name_or_path: str) -> DeviceModel:
     except yaml.YAMLError as e:
         raise DeviceModelError(f"{path} is not YAML: {e}") from None
     return device_from_mapping(raw, where=path.stem)
+
+
+def device_from_survey(survey: Any, *, name: str, source: str, draft_ms: float, host_ms: float,
+                       timing_source: str) -> DeviceModel:
+    """A ``measured`` device model from a survey of this project (``survey.parquet``'s rows,
+    :mod:`adaspark.analysis.survey`): one row class per surveyed width, each with Eq. (3)'s
+    least-squares line over the surveyed contexts (Table 1's fit). A width surveyed at one
+    context only gets that time and no slope; a fitted slope below 0 (noise on a flat law) or an
+    intercept below 0 is set to 0, and ``sources`` says which. ``draft_ms`` and ``host_ms`` come
+    from elsewhere (a run's round trace: ``timing_source`` names it), as the survey times verifies
+    only."""
+    from adaspark.analysis.survey import fit_context_law, survey_medians
+
+    med = survey_medians(survey)
+    if med.empty:
+        raise DeviceModelError(f"the survey {source} has no kept rounds: run the survey stage")
+    rows, alphas, betas = [], [], []
+    sources = {"verify": f"least-squares alpha + beta c per width over {source}'s medians",
+               "draft_ms": timing_source, "host_ms": timing_source}
+    clamped = []
+    for width, g in med.groupby("width"):
+        c = g["context"].to_numpy(dtype=float)
+        y = g["verify_ms"].to_numpy(dtype=float)
+        if len(np.unique(c)) < 2:
+            a, b = float(np.median(y)), 0.0
+        else:
+            a, b, _ = fit_context_law(c, y)
+        if b < 0 or a < 0:
+            clamped.append(int(width))
+            if a < 0:
+                a = float(y.min())
+            b = max(b, 0.0)
+        rows.append(int(width))
+        alphas.append(round(a, 4))
+        betas.append(round(b, 4))
+    if clamped:
+        sources["clamped"] = (f"widths {clamped}: a fitted slope or intercept below 0 was set "
+                              "to 0 (the intercept to the width's fastest median)")
+    raw = {"name": name, "label": "measured", "verify": {
+        "rows": rows, "alpha_ms": alphas, "beta_ms_per_1k": betas},
+        "draft_ms": round(float(draft_ms), 4), "host_ms": round(float(host_ms), 4),
+        "description": f"fitted from {source}", "sources": sources}
+    return device_from_mapping(raw, where=name)
