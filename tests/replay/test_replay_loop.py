@@ -151,3 +151,18 @@ def test_labels_survive_their_parquet_file(tmp_path, labels) -> None:
     assert back.prompt == lab.prompt and back.key == lab.key
     for f in ("next", "next_eog", "blocks", "probs", "confidence"):
         assert np.array_equal(getattr(back, f), getattr(lab, f)), f
+
+
+def test_replay_refuses_what_it_cannot_replay_with_the_fix(tmp_path) -> None:
+    from adaspark.config import ConfigError
+    from adaspark.replay.command import run_replay
+
+    base = ["target=tiny", "drafter=tiny-truncated", f"run_dir={tmp_path}"]
+    with pytest.raises(ConfigError, match="replies_of"):
+        run_replay(["arm=adaspark", *base, "device=recorded", "replies_of=ar"])
+    with pytest.raises(ConfigError, match=r"run\.round_log=true"):
+        run_replay(["arm=adaspark", *base, "device=step-at-8"])
+    with pytest.raises(ConfigError, match=r"llama\.cpp's own loop"):
+        run_replay(["arm=llamacpp-chain", *base])
+    with pytest.raises(ConfigError, match="run_dir"):
+        run_replay(["arm=adaspark", "target=tiny"])

@@ -1,9 +1,12 @@
 """``adaspark replay arm=ARM run_dir=DIR device=recorded|<conf/device name>|FILE [out=DIR]
-[json=true]``: replay an arm's width rule over a run's labelled replies (issue 14).
+[replies_of=ARM] [json=true]``: replay an arm's width rule over a run's labelled replies (issue
+14).
 
 ``run_dir`` is a directory ``adaspark run ... run.exact=true run.round_log=true out=DIR`` wrote
 (or one arm's directory in it): the arm's ``trace/`` gives the prompts, caps and request order,
-and the recorded rounds. The replies' labels (:mod:`adaspark.replay.labels`) are made on the
+and the recorded rounds (``replies_of``: another arm's run of the same target, for a replay
+under a device model; every lossless arm's exact-mode replies are the same text). The replies'
+labels (:mod:`adaspark.replay.labels`) are made on the
 engine in exact mode the first time and cached beside the run (``DIR/labels/<drafter>/``). The
 arm's real rule then replays every reply in the run's order (:mod:`adaspark.replay.loop`),
 priced by the device model; the replayed rounds go to ``out`` (default
@@ -171,7 +174,7 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     from adaspark.schema import arm_view, check_arm, drafter_config, validate
 
     say = log or (lambda m: print(m, file=sys.stderr))
-    mine, rest = _split(args, ("run_dir", "device", "out"))
+    mine, rest = _split(args, ("run_dir", "device", "out", "replies_of"))
     if "run_dir" not in mine:
         raise ConfigError("replay needs run_dir=DIR: a run made with run.exact=true "
                           "run.round_log=true")
@@ -183,8 +186,12 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     if arm.engine != "ours":
         raise ConfigError(f"arm {arm.name} runs on {arm.engine}: replay runs our engine's width "
                           "rules only (llama.cpp's own loop is not a rule it can call)")
-    traces = read_traces(arm_trace_dir(run_dir, str(arm.name)))
-    arm_dir = arm_trace_dir(run_dir, str(arm.name)).parent
+    source = mine.get("replies_of", str(arm.name))
+    if device == "recorded" and source != arm.name:
+        raise ConfigError(f"replies_of={source}: the exactness check replays an arm over its own "
+                          f"run; leave replies_of out, or name a device model")
+    traces = read_traces(arm_trace_dir(run_dir, source))
+    arm_dir = arm_trace_dir(run_dir, source).parent
     base = arm_dir.parent if arm_dir != run_dir else run_dir
     out_dir = Path(mine["out"]) if "out" in mine else base / "replay" / f"{arm.name}@{device}"
     meta0 = traces[0].meta
@@ -245,7 +252,7 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     secs = sum(r.decode_s for r in replies)
     result: dict[str, Any] = {
         "arm": str(arm.name), "device": price_of.name, "device_label": price_of.label,
-        "replay": True, "run_dir": str(run_dir), "out": str(out_dir),
+        "replay": True, "run_dir": str(run_dir), "replies_of": source, "out": str(out_dir),
         "replies": len(replies), "tokens": n_tok,
         "rounds": sum(len(r.rounds) for r in replies),
         "tokens_per_round": n_tok / max(1, sum(len(r.rounds) for r in replies)),
