@@ -32,7 +32,8 @@ def test_launch_command_parses_back_to_its_options(tmp_path):
         params=out / "server-params.yaml", arm="chain3", exact=True,
         options=ServeOptions(host="127.0.0.1", port=4321, store=out / "store",
                              chat_template=template.resolve(), warmup=False,
-                             round_log=out / "rounds", tool_fallback="none"))
+                             round_log=out / "rounds", trace_log=out / "trace",
+                             tool_fallback="none"))
     assert got.params.is_file()
 
 
