@@ -35,6 +35,7 @@ from adaspark.replay.labels import (
     PromptLabels,
     ensure_labels,
     label_prompt,
+    prompt_key,
 )
 from adaspark.replay.loop import ReplayedReply, replay_reply
 from adaspark.replay.prices import DevicePrices, Pricer, RecordedPrices
@@ -141,15 +142,13 @@ def pricer_for(device: str, traces: list[RequestTrace]) -> Pricer:
     return DevicePrices(load_device(device))
 
 
-def replay_all(cfg: Any, arm: Any, traces: list[RequestTrace], labels: dict[str, PromptLabels],
-               pricer: Pricer, out_dir: Path, max_rows: int) -> list[ReplayedReply]:
+def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestTrace],
+               labels: dict[str, PromptLabels], pricer: Pricer, out_dir: Path,
+               max_rows: int) -> list[ReplayedReply]:
     """One fresh rule replays every reply in the run's order (a learning rule's state carries
-    from reply to reply, as in the run)."""
-    from adaspark.replay.labels import prompt_key
+    from reply to reply, as in the run); the replies come back in that order."""
     from adaspark.rules.arms import make_arm_rule
-    from adaspark.schema import arm_view, scheduler_mapping
 
-    view = arm_view(cfg, arm)
     extra: dict[str, Any] = {}
     if "store" in arm.rule:
         store = out_dir / "store.json"
@@ -159,7 +158,7 @@ def replay_all(cfg: Any, arm: Any, traces: list[RequestTrace], labels: dict[str,
         log = out_dir / "rounds"
         shutil.rmtree(log, ignore_errors=True)
         extra["log_dir"] = str(log)
-    rule = make_arm_rule(arm, scheduler_mapping(view), **extra)
+    rule = make_arm_rule(arm, scheduler, **extra)
     out = []
     for t in traces:
         out.append(replay_reply(
@@ -171,7 +170,7 @@ def replay_all(cfg: Any, arm: Any, traces: list[RequestTrace], labels: dict[str,
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     from adaspark.rules.arms import build
-    from adaspark.schema import arm_view, check_arm, drafter_config, validate
+    from adaspark.schema import arm_view, check_arm, drafter_config, scheduler_mapping, validate
 
     say = log or (lambda m: print(m, file=sys.stderr))
     mine, rest = _split(args, ("run_dir", "device", "out", "replies_of"))
@@ -190,8 +189,9 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     if device == "recorded" and source != arm.name:
         raise ConfigError(f"replies_of={source}: the exactness check replays an arm over its own "
                           f"run; leave replies_of out, or name a device model")
-    traces = read_traces(arm_trace_dir(run_dir, source))
-    arm_dir = arm_trace_dir(run_dir, source).parent
+    trace_dir = arm_trace_dir(run_dir, source)
+    traces = read_traces(trace_dir)
+    arm_dir = trace_dir.parent
     base = arm_dir.parent if arm_dir != run_dir else run_dir
     out_dir = Path(mine["out"]) if "out" in mine else base / "replay" / f"{arm.name}@{device}"
     meta0 = traces[0].meta
@@ -223,12 +223,12 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
                                        log=say)
             spent += dt
             try:
-                replies = replay_all(cfg, arm, traces, labels, _fresh(pricer, traces, device),
-                                     out_dir, max_rows)
+                replies = replay_all(arm, scheduler_mapping(view), traces, labels,
+                                     pricer.fresh(), out_dir, max_rows)
                 break
             except LabelsTooShort as e:
                 for t in traces:
-                    if _key(t) == e.key:
+                    if prompt_key(t.prompt) == e.key:
                         want[t.seq] = e.position - (len(t.prompt) - 1) + 1 + EXTRA_POSITIONS
                 say(f"replay: a tree reaches past prompt {e.key}'s labels; labelling further")
         else:
@@ -236,22 +236,19 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     finally:
         parts.close()
 
-    price_of = _fresh(pricer, traces, device)
-    for r in replies:
+    for t, r in zip(traces, replies, strict=True):
         write_request(out_dir / TRACE_DIR, RequestTrace(
-            seq=r.seq, request_id=r.request_id, prompt=list(labels[_key(_by(traces, r.seq))]
-                                                           .prompt),
-            tokens=r.tokens, max_tokens=_by(traces, r.seq).max_tokens, stop=r.stop, exact=True,
-            rounds=r.rounds, meta={"replay": True, "device": price_of.name,
-                                   "device_label": price_of.label, "arm": str(arm.name),
-                                   "run_dir": str(run_dir)}))
+            seq=r.seq, request_id=r.request_id, prompt=list(t.prompt), tokens=r.tokens,
+            max_tokens=t.max_tokens, stop=r.stop, exact=True, rounds=r.rounds,
+            meta={"replay": True, "device": pricer.name, "device_label": pricer.label,
+                  "arm": str(arm.name), "run_dir": str(run_dir)}))
     widths: Counter[int] = Counter()
     for r in replies:
         widths.update(r.width_hist)
     n_tok = sum(len(r.tokens) for r in replies)
     secs = sum(r.decode_s for r in replies)
     result: dict[str, Any] = {
-        "arm": str(arm.name), "device": price_of.name, "device_label": price_of.label,
+        "arm": str(arm.name), "device": pricer.name, "device_label": pricer.label,
         "replay": True, "run_dir": str(run_dir), "replies_of": source, "out": str(out_dir),
         "replies": len(replies), "tokens": n_tok,
         "rounds": sum(len(r.rounds) for r in replies),
@@ -264,30 +261,12 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
         "labelled_positions": sum(len(lab.next) for lab in labels.values()),
     }
     if device == "recorded":
-        text = {t.seq: labels[_key(t)].text[len(t.prompt):] for t in traces}
+        text = {t.seq: labels[prompt_key(t.prompt)].text[len(t.prompt):] for t in traces}
         check = check_replay(traces, replies, text)
         result |= check.as_dict()
         result["fast_mode_run"] = not all(t.exact for t in traces)
     io.write_json(out_dir / "summary.json", result)
     return result
-
-
-def _key(t: RequestTrace) -> str:
-    from adaspark.replay.labels import prompt_key
-
-    return prompt_key(t.prompt)
-
-
-def _by(traces: list[RequestTrace], seq: int) -> RequestTrace:
-    return next(t for t in traces if t.seq == seq)
-
-
-def _fresh(pricer: Pricer, traces: list[RequestTrace], device: str) -> Pricer:
-    """A pricer in its starting state (a noise source restarts at its seed)."""
-    if isinstance(pricer, RecordedPrices):
-        return RecordedPrices(traces)
-    assert isinstance(pricer, DevicePrices)
-    return DevicePrices(pricer.model)
 
 
 def replay_main(args: list[str]) -> int:

@@ -38,13 +38,17 @@ class Pricer(Protocol):
 
     def begin_request(self, seq: int) -> None: ...
 
+    def fresh(self) -> Pricer:
+        """The same prices from their start (a noise source back at its seed)."""
+        ...
+
     def price(self, round_index: int, rows: int, context: int, drafted: bool) -> RoundTimes: ...
 
 
 class RecordedPrices:
     """The recorded run's own times, round by round (``recorded``). A replay that makes more
     rounds than the run did has already diverged from it; its extra rounds reuse the last
-    recorded round's times, and :attr:`beyond` counts them (the exactness check reports it)."""
+    recorded round's times (the exactness check reports the round counts' difference)."""
 
     name = "recorded"
     label = "recorded"
@@ -52,7 +56,9 @@ class RecordedPrices:
     def __init__(self, traces: list[RequestTrace]) -> None:
         self.by_seq = {t.seq: t for t in traces}
         self.current: RequestTrace | None = None
-        self.beyond = 0
+
+    def fresh(self) -> RecordedPrices:
+        return RecordedPrices(list(self.by_seq.values()))
 
     def begin_request(self, seq: int) -> None:
         self.current = self.by_seq[seq]
@@ -62,8 +68,6 @@ class RecordedPrices:
         rounds = self.current.rounds
         if not rounds:
             return RoundTimes(0.0, 0.0, 0.0, 0.0, 0.0)
-        if round_index >= len(rounds):
-            self.beyond += 1
         r = rounds[min(round_index, len(rounds) - 1)]
         return RoundTimes(r.verify_s, r.fixed_s, r.draft_s, r.commit_s, r.round_s)
 
@@ -82,6 +86,9 @@ class DevicePrices:
 
     def begin_request(self, seq: int) -> None:
         pass
+
+    def fresh(self) -> DevicePrices:
+        return DevicePrices(self.model)
 
     def price(self, round_index: int, rows: int, context: int, drafted: bool) -> RoundTimes:
         m = self.model
