@@ -82,6 +82,17 @@ class Generation:
         return len(self.tokens) / self.decode_s if self.decode_s > 0 else float("nan")
 
 
+def emitted_tokens(new: list[int], room: int, is_eog: Callable[[int], bool]
+                   ) -> tuple[list[int], bool]:
+    """The part of a round's committed tokens the reply gets: at most ``room`` of them, up to
+    and including the first end-of-generation token (and whether there was one)."""
+    emitted = new[:room]
+    for k, tok in enumerate(emitted):
+        if is_eog(tok):
+            return emitted[: k + 1], True
+    return emitted, False
+
+
 def generate(
     target: Target,
     prompt: list[int],
@@ -140,13 +151,9 @@ def generate(
         done = target.commit(res)
         commit_s = time.perf_counter() - t_commit
         path, new = list(done.path), list(done.tokens)
-        room = max_tokens - len(gen.tokens)
-        emitted = new[:room]
-        for k, tok in enumerate(emitted):
-            if target.is_eog(tok):
-                emitted = emitted[: k + 1]
-                gen.stop = "eog"
-                break
+        emitted, eog = emitted_tokens(new, max_tokens - len(gen.tokens), target.is_eog)
+        if eog:
+            gen.stop = "eog"
         now = time.perf_counter()
         gen.tokens.extend(emitted)
         gen.token_times.extend([now] * len(emitted))

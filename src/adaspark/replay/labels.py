@@ -119,8 +119,10 @@ class PromptLabels:
         """The target's greedy token after ``text[:position + 1]``."""
         return int(self.next[self._row(position)])
 
-    def is_eog(self, position: int) -> bool:
-        return bool(self.next_eog[self._row(position)])
+    @property
+    def eog_tokens(self) -> set[int]:
+        """The labelled tokens that end generation."""
+        return {int(t) for t in self.next[self.next_eog]}
 
     def block(self, position: int, n_positions: int, draft_s: float = 0.0) -> Block:
         """The drafter's block at anchor ``position``, its first ``n_positions`` positions."""

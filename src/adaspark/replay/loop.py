@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from adaspark.decoding.loop import emitted_tokens
 from adaspark.decoding.tree import Tree
 from adaspark.replay.labels import PromptLabels
 from adaspark.replay.prices import Pricer
@@ -63,6 +64,8 @@ def replay_reply(rule: WidthRule, labels: PromptLabels, max_tokens: int, pricer:
     rule.begin_request(prompt, request_id)
     pricer.begin_request(seq)
     uses_drafter = rule.uses_drafter
+    # every committed token is a label, and ending generation is a property of the token
+    eog_tokens = labels.eog_tokens
     while len(out.tokens) < max_tokens:
         i = len(out.rounds)
         state = RoundState(committed=committed, round_index=i, max_rows=max_rows,
@@ -81,14 +84,10 @@ def replay_reply(rule: WidthRule, labels: PromptLabels, max_tokens: int, pricer:
         path = accepted_rows(plan.tree, labels, anchor_pos)
         new = [int(plan.tree.tokens[r]) for r in path[1:]]
         new.append(labels.label(anchor_pos + len(path) - 1))
-        eog_at = [labels.is_eog(anchor_pos + k) for k in range(len(new))]
         committed.extend(new)
-        emitted = new[: max_tokens - len(out.tokens)]
-        for k in range(len(emitted)):
-            if eog_at[k]:
-                emitted = emitted[: k + 1]
-                out.stop = "eog"
-                break
+        emitted, eog = emitted_tokens(new, max_tokens - len(out.tokens), eog_tokens.__contains__)
+        if eog:
+            out.stop = "eog"
         out.tokens.extend(emitted)
         outcome = RoundOutcome.of(plan, path, new, times.verify_s, times.fixed_s,
                                   draft_s=times.draft_s, commit_s=times.commit_s,
