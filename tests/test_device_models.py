@@ -109,3 +109,39 @@ def test_a_survey_gives_a_measured_device_model_with_its_laws():
     assert m.verify.beta_ms_per_1k == pytest.approx([2.0, 6.5, 0.0])
     assert "16" in m.sources["clamped"] and m.draft_ms == 80.0
     assert m.verify_s(5, 1000) == pytest.approx((120.0 + 6.5) / 1e3)  # the 8-row class
+
+
+def test_a_linear_model_interpolates_between_its_widths():
+    """``shape: linear`` (a routed target, §3.2): alpha and beta on the straight line between
+    the listed widths; below the first width, its price."""
+    d = model(**{"verify.shape": "linear"})
+    assert d.verify_s(2, 0) == pytest.approx(0.010)        # below 4 rows: the 4-row price
+    assert d.verify_s(6, 0) == pytest.approx(0.011)        # halfway from 4 (10) to 8 (12)
+    assert d.verify_s(6, 2000) == pytest.approx((11.0 + 0.5 * 2.0) / 1e3)
+    assert d.verify_s(20, 0) == pytest.approx((12.0 + 0.5 * 28.0) / 1e3)
+    with pytest.raises(DeviceModelError, match="shape"):
+        model(**{"verify.shape": "cubic"})
+
+
+PAPER_MODELS = ("lfm2.5-2.6b-paper", "lfm2.5-8b-a1b-paper", "qwen3-4b-paper", "qwen3-8b-paper")
+
+
+@pytest.mark.parametrize("name", PAPER_MODELS)
+def test_each_reconstruction_gives_the_papers_table1_and_figure3_numbers(name):
+    """Every reconstructed target against the paper's own cells (data/paper-values.json): Table
+    1's T at its three contexts for 8, 16 and 32 rows (within 4%, the largest residual Table 1
+    prints is 3.9%) and Figure 3's T(16)/T(2) at 1,596 tokens (within 2%)."""
+    from adaspark.analysis import paper_values
+
+    m = load_device(name)
+    assert m.label == "reconstructed" and m.paper_target in paper_values.targets()
+    assert all("line" in v for v in m.sources.values()), m.sources
+    t1 = paper_values.paper_table("table1")
+    rows = t1[t1["target"] == m.paper_target]
+    assert len(rows) == 3
+    for _, r in rows.iterrows():
+        n = int(r["rows"])
+        for col, c in (("T(443)", 443), ("T(1,596)", 1596), ("T(8,444)", 8444)):
+            assert m.verify_s(n, c) * 1e3 == pytest.approx(float(r[col]), rel=0.04), (n, c)
+    ratio = paper_values.paper_figure("fig3")["caption"]["T16_over_T2_at_1596"][m.paper_target]
+    assert m.verify_s(16, 1596) / m.verify_s(2, 1596) == pytest.approx(ratio, rel=0.02)

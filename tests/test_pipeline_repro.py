@@ -82,6 +82,7 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     stages = set(lock["stages"])
     expected = {"models", "testset", "survey", "run@llamacpp-chain", "run@adaspark",
                 "instrumented@adaspark", "fig5", "check", "tables", "figures", "report",
+                "labelled@adaspark", "labels", "replay",
                 *(f"run@{a}" for a in DSPARK_ARMS)}
     assert expected <= stages, f"stages missing from dvc.lock: {expected - stages}"
 
@@ -102,7 +103,19 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     for n in range(3, 11):
         for ext in ("png", "pdf"):
             assert (copy / "figures" / f"fig{n}.{ext}").stat().st_size > 0, f"fig{n}.{ext}"
+    # issue 14: the exactness check passed on the labelled run, both drafter kinds labelled and
+    # replayed under every device model of the smoke preset, cpu-measured fitted and written
+    replay = json.loads((copy / "runs" / "replay" / "summary.json").read_text())
+    assert replay["check"]["adaspark"]["exact"] is True, replay["check"]
+    assert set(replay["replays"]) == {"cpu-measured", "qwen3-4b-paper", "step-at-8"}
+    for dev, arms in replay["replays"].items():
+        assert {"adaspark", "chain3", "adaspark-dspark"} <= set(arms), (dev, sorted(arms))
+        assert arms["adaspark-dspark"]["accepted"] > 0, arms["adaspark-dspark"]
+    assert (copy / "runs" / "replay" / "devices" / "cpu-measured.yaml").is_file()
+    labels = json.loads((copy / "runs" / "labels" / "summary.json").read_text())
+    assert len(labels["drafters"]) == 2, labels  # the draft model and the DSpark file
     report = (copy / "paper" / "report.md").read_text()
+    assert "Replay under qwen3-4b-paper (reconstructed" in report
     assert "Preset `smoke`" in report
     assert "smollm2-135m" in report
     assert (copy / "paper" / "report.html").stat().st_size > 0

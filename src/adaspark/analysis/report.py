@@ -428,6 +428,10 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
         if figures else f"No figure index at {figures_dir / FIGURES_INDEX}: run the figures "
         "stage."))
     sections += _figure_sections(figures, figures_dir)
+    if "replay" in params:  # a preset with a replay section (issue 14)
+        from adaspark.analysis.replay import replay_sections
+
+        sections += replay_sections(runs / "replay", runs, options)
     return sections
 
 

@@ -60,6 +60,12 @@ def _llama():
     return llama_cpp
 
 
+#: The scratch sequence of exact mode's padding row (:meth:`Target._decode`): the last of the
+#: target's 64, never a tree's (a tree of n rows uses sequences 1..leaves, and a one-row batch
+#: holds no tree).
+PAD_SEQ = 63
+
+
 def set_kernel_mode(exact: bool) -> str:
     """Fix this process's kernel mode before the first matmul; refuse to switch it later."""
     global _PROCESS_MODE
@@ -490,6 +496,27 @@ class Target(Model):
         self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)
         self.n_canonical = 0  # leading cells written by whole prefill chunks (reusable)
         self._pending: tuple[Tree, list[list[int]], int] | None = None  # tree, seqs, backlog
+
+    def _decode(self) -> float:
+        """One ``llama_decode``; in exact mode a one-row batch gets a padding row.
+
+        Past 512 KV cells llama.cpp's attention takes another path for a batch of one row
+        (HARNESS facts), so a one-row verify, flush or prefill chunk would give values that a
+        row of any wider batch does not; a cell it writes then shifts every later logit. Exact
+        mode never decodes one row alone: the batch carries a copy of the row in a scratch
+        sequence (no logits, its cell dropped after the decode), so every row of every batch
+        takes the multi-row path and a text's logits do not depend on how its rounds were
+        batched. Fast mode decodes as llama.cpp does."""
+        b = self._batch
+        if not self.exact or b.n_tokens != 1:
+            return super()._decode()
+        b.token[1], b.pos[1], b.n_seq_id[1], b.logits[1] = b.token[0], b.pos[0], 1, 0
+        b.seq_id[1][0] = PAD_SEQ
+        b.n_tokens = 2
+        try:
+            return super()._decode()
+        finally:
+            _llama().llama_memory_seq_rm(self.mem, PAD_SEQ, -1, -1)
 
     @property
     def n_past(self) -> int:

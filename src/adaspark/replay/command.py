@@ -40,6 +40,7 @@ from adaspark.replay.labels import (
 from adaspark.replay.loop import ReplayedReply, replay_reply
 from adaspark.replay.prices import DevicePrices, Pricer, RecordedPrices
 from adaspark.runs.round_trace import TRACE_DIR, RequestTrace, read_traces, write_request
+from adaspark.runs.store import ROWS_FILE
 
 #: Positions labelled past a reply's last token at first (a tree reaching deeper asks for more).
 EXTRA_POSITIONS = 2
@@ -119,27 +120,36 @@ def pricer_for(device: str, traces: list[RequestTrace]) -> Pricer:
     """``recorded``, ``survey:PATH`` (a survey's verify law with the run's own median D and host
     time per round: ``cpu-measured`` when the survey and the run are this machine's) or a
     device model of ``conf/device/`` (a name or a file)."""
-    from adaspark.replay.device import device_from_survey, load_device
+    from adaspark.replay.device import load_device
 
     if device == "recorded":
         return RecordedPrices(traces)
     if device.startswith("survey:"):
-        import pandas as pd
-
         path = Path(device.partition(":")[2])
-        if not path.is_file():
-            raise ConfigError(f"device={device}: {path} does not exist (a survey stage's "
-                              "survey.parquet)")
-        drafted = [r for t in traces for r in t.rounds if r.picks]
-        draft = float(np.median([r.draft_s for r in drafted])) * 1e3 if drafted else 0.0
-        host = float(np.median([r.fixed_s - r.draft_s for r in drafted] or
-                               [r.fixed_s for t in traces for r in t.rounds])) * 1e3
-        return DevicePrices(device_from_survey(
-            pd.read_parquet(path), name=f"survey-{path.parent.name or path.stem}",
-            source=str(path), draft_ms=draft, host_ms=max(host, 0.0),
-            timing_source=f"medians over the drafted rounds of the run's trace ({len(drafted)} "
-                          "rounds)"))
+        return DevicePrices(survey_device(path, traces,
+                                          name=f"survey-{path.parent.name or path.stem}"))
     return DevicePrices(load_device(device))
+
+
+def survey_device(path: Path, traces: list[RequestTrace], *, name: str) -> Any:
+    """The ``measured`` device model of a survey file (its per-width verify law) with the D and
+    host time per round of ``traces`` (their drafted rounds' medians)."""
+    import pandas as pd
+
+    from adaspark.replay.device import device_from_survey
+
+    if not path.is_file():
+        raise ConfigError(f"device=survey:{path}: {path} does not exist (a survey stage's "
+                          "survey.parquet)")
+    drafted = [r for t in traces for r in t.rounds if r.picks]
+    draft = float(np.median([r.draft_s for r in drafted])) * 1e3 if drafted else 0.0
+    host = float(np.median([r.fixed_s - r.draft_s for r in drafted] or
+                           [r.fixed_s for t in traces for r in t.rounds])) * 1e3
+    return device_from_survey(
+        pd.read_parquet(path), name=name, source=str(path), draft_ms=draft,
+        host_ms=max(host, 0.0),
+        timing_source=f"medians over the drafted rounds of the run's trace ({len(drafted)} "
+                      "rounds)")
 
 
 def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestTrace],
@@ -168,24 +178,106 @@ def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestT
     return out
 
 
-def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
-    from adaspark.rules.arms import build
-    from adaspark.schema import arm_view, check_arm, drafter_config, scheduler_mapping, validate
+class Labeller:
+    """An arm's labels over a run's replies, from the label store or made on the engine.
 
-    say = log or (lambda m: print(m, file=sys.stderr))
-    mine, rest = _split(args, ("run_dir", "device", "out", "replies_of"))
+    The engine (``rules.arms.build`` in exact mode) is loaded only when a prompt has too few
+    labels; ``engine=False`` (the replay stage, whose labels the labels stage made) refuses to
+    label instead, naming the stage to rerun."""
+
+    def __init__(self, cfg: Any, arm: Any, root: Path, *, engine: bool = True,
+                 restart: bool = False, log: Any = None) -> None:
+        from adaspark import model_files
+        from adaspark.rules.arms import make_arm_rule
+        from adaspark.schema import arm_view, drafter_config, scheduler_mapping, target_config
+
+        self.cfg, self.arm, self.engine = cfg, arm, engine
+        self.say = log or (lambda _m: None)
+        self.view = arm_view(cfg, arm)
+        self.parts: Any = None
+        self.drafted = make_arm_rule(arm, scheduler_mapping(self.view)).uses_drafter
+        dcfg = drafter_config(self.view)
+        tpath, tsha = model_files.resolve(target_config(self.view))
+        self.models: dict[str, Any] = {"target": {"path": str(tpath), "sha256": tsha}}
+        B = dcfg.block_positions
+        if self.drafted:
+            if not dcfg.path and not dcfg.model:
+                raise ConfigError(f"arm {arm.name}: the drafter {dcfg.name} has no file, so "
+                                  "its labels cannot be made (set its path=FILE)")
+            dpath, dsha = model_files.resolve(dcfg)
+            self.models["drafter"] = {"path": str(dpath), "sha256": dsha}
+            if B is None:  # a DSpark file says its own block size: load it
+                B = self._parts(label=False).block_positions
+        self.block_positions = int(B or 1) if self.drafted else 1
+        self.identity = labels_identity(self.models, dcfg, self.block_positions, self.drafted)
+        name = (f"{self.view.drafter.name}-{self.identity['drafter_sha256'][:8]}"
+                if self.drafted else "no-drafter")
+        self.store = LabelStore(root / name, self.identity, restart=restart)
+        self.spent = 0.0
+
+    def _parts(self, label: bool = True) -> Any:
+        from adaspark.rules.arms import build
+
+        if self.parts is None:
+            if label and not self.engine:
+                raise ConfigError(f"the labels in {self.store.dir} do not cover this replay (a "
+                                  "prompt has too few positions): rerun the labels stage "
+                                  "(`dvc repro labels`), raising labels.depth")
+            self.say(f"replay: loading the engine ({self.arm.name}'s target and drafter)")
+            self.parts = build(self.cfg, self.arm, exact=True)
+        return self.parts
+
+    def positions(self, t: RequestTrace, depth: int = EXTRA_POSITIONS) -> int:
+        """Positions to label for a reply: its tokens, a full block past its end and ``depth``."""
+        return len(t.tokens) + (self.block_positions if self.drafted else 0) + depth
+
+    def labels(self, wants: list[tuple[list[int], int]]) -> dict[str, PromptLabels]:
+        def make(prompt: list[int], n: int) -> PromptLabels:
+            parts = self._parts()
+            return label_prompt(parts.target, parts.drafter, parts.block_positions, prompt, n)
+
+        got, dt = ensure_labels(self.store, wants, make, log=self.say)
+        self.spent += dt
+        return got
+
+    def close(self) -> None:
+        if self.parts is not None:
+            self.parts.close()
+            self.parts = None
+
+
+def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
+    """``adaspark replay ...``: the arguments, the composed config, then :func:`replay_arm`."""
+    from adaspark.schema import check_arm, validate
+
+    mine, rest = _split(args, ("run_dir", "device", "out", "replies_of", "labels"))
     if "run_dir" not in mine:
         raise ConfigError("replay needs run_dir=DIR: a run made with run.exact=true "
                           "run.round_log=true")
-    run_dir = Path(mine["run_dir"])
-    device = mine.get("device", "recorded")
     cfg = compose(rest)
     validate(cfg, command="replay")
     arm = check_arm(cfg.arm, "arm")
+    return replay_arm(cfg, arm, Path(mine["run_dir"]), device=mine.get("device", "recorded"),
+                      out=Path(mine["out"]) if "out" in mine else None,
+                      replies_of=mine.get("replies_of"),
+                      labels=Path(mine["labels"]) if "labels" in mine else None, log=log)
+
+
+def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
+               out: Path | None = None, replies_of: str | None = None,
+               labels: Path | None = None, engine: bool = True, log: Any = None
+               ) -> dict[str, Any]:
+    """Replay ``arm`` (under ``cfg``'s target, drafters and scheduler) over ``run_dir``'s
+    replies of ``replies_of`` (default: its own) priced by ``device``; labels from ``labels``
+    (default ``<run>/labels``), made on the engine when missing unless ``engine`` is false.
+    Writes the replay's trace, rows and summary under ``out`` and returns the summary."""
+    from adaspark.schema import scheduler_mapping
+
+    say = log or (lambda m: print(m, file=sys.stderr))
     if arm.engine != "ours":
         raise ConfigError(f"arm {arm.name} runs on {arm.engine}: replay runs our engine's width "
                           "rules only (llama.cpp's own loop is not a rule it can call)")
-    source = mine.get("replies_of", str(arm.name))
+    source = replies_of or str(arm.name)
     if device == "recorded" and source != arm.name:
         raise ConfigError(f"replies_of={source}: the exactness check replays an arm over its own "
                           f"run; leave replies_of out, or name a device model")
@@ -193,37 +285,25 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     traces = read_traces(trace_dir)
     arm_dir = trace_dir.parent
     base = arm_dir.parent if arm_dir != run_dir else run_dir
-    out_dir = Path(mine["out"]) if "out" in mine else base / "replay" / f"{arm.name}@{device}"
+    out_dir = out or base / "replay" / f"{arm.name}@{device}"
+    label_root = labels or base / "labels"
     meta0 = traces[0].meta
     pricer = pricer_for(device, traces)
     max_rows = int(meta0["max_rows"])
     if isinstance(pricer, DevicePrices):
         max_rows = min(pricer.model.max_rows, max_rows)
 
-    # labels: on the engine, exact mode, cached beside the run
-    view = arm_view(cfg, arm)
-    parts = build(cfg, arm, exact=True)
+    # labels: from the store beside the run, else on the engine in exact mode
+    labeller = Labeller(cfg, arm, label_root, engine=engine, log=say)
+    labels_of: dict[str, PromptLabels] = {}
     try:
-        _check_models(traces, parts.models,
+        _check_models(traces, labeller.models,
                       ("target", "drafter") if device == "recorded" else ("target",))
-        drafted = parts.drafter is not None
-        B = parts.block_positions
-        ident = labels_identity(parts.models, drafter_config(view), B, drafted)
-        name = (f"{view.drafter.name}-{ident['drafter_sha256'][:8]}" if drafted
-                else "no-drafter")
-        store = LabelStore(base / "labels" / name, ident)
-        want = {t.seq: len(t.tokens) + (B if drafted else 0) + EXTRA_POSITIONS for t in traces}
-
-        def make(prompt: list[int], n: int) -> PromptLabels:
-            return label_prompt(parts.target, parts.drafter, B, prompt, n)
-
-        spent = 0.0
+        want = {t.seq: labeller.positions(t) for t in traces}
         for _attempt in range(MAX_RELABELS):
-            labels, dt = ensure_labels(store, [(t.prompt, want[t.seq]) for t in traces], make,
-                                       log=say)
-            spent += dt
+            labels_of = labeller.labels([(t.prompt, want[t.seq]) for t in traces])
             try:
-                replies = replay_all(arm, scheduler_mapping(view), traces, labels,
+                replies = replay_all(arm, scheduler_mapping(labeller.view), traces, labels_of,
                                      pricer.fresh(), out_dir, max_rows)
                 break
             except LabelsTooShort as e:
@@ -234,7 +314,7 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
         else:
             raise RuntimeError(f"the replay still needs more labels after {MAX_RELABELS} tries")
     finally:
-        parts.close()
+        labeller.close()
 
     for t, r in zip(traces, replies, strict=True):
         write_request(out_dir / TRACE_DIR, RequestTrace(
@@ -242,6 +322,11 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
             max_tokens=t.max_tokens, stop=r.stop, exact=True, rounds=r.rounds,
             meta={"replay": True, "device": pricer.name, "device_label": pricer.label,
                   "arm": str(arm.name), "run_dir": str(run_dir)}))
+    rows = replay_rows(arm_dir, str(arm.name), replies, pricer)
+    if rows is not None:
+        import pyarrow as pa
+
+        io.write_parquet(out_dir / ROWS_FILE, pa.Table.from_pandas(rows, preserve_index=False))
     widths: Counter[int] = Counter()
     for r in replies:
         widths.update(r.width_hist)
@@ -257,16 +342,56 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
         "accepted": sum(r.counts.n_accepted for r in replies),
         "drafted": sum(r.counts.n_drafted for r in replies),
         "widths": {str(k): v for k, v in sorted(widths.items())},
-        "labelling_s": spent,
-        "labelled_positions": sum(len(lab.next) for lab in labels.values()),
+        "labelling_s": labeller.spent,
+        "labelled_positions": sum(len(lab.next) for lab in labels_of.values()),
     }
     if device == "recorded":
-        text = {t.seq: labels[prompt_key(t.prompt)].text[len(t.prompt):] for t in traces}
+        text = {t.seq: labels_of[prompt_key(t.prompt)].text[len(t.prompt):] for t in traces}
         check = check_replay(traces, replies, text)
         result |= check.as_dict()
         result["fast_mode_run"] = not all(t.exact for t in traces)
     io.write_json(out_dir / "summary.json", result)
     return result
+
+
+def replay_rows(arm_dir: Path, arm: str, replies: list[ReplayedReply], pricer: Pricer
+                ) -> Any:
+    """The replay's per-reply rows in a run's shape (``replies.parquet``: the columns
+    :mod:`adaspark.analysis.stats` reads), from the replayed run's own rows (the reply keys,
+    prompt tokens and serving order, by request id) with the replayed tokens, time and status;
+    ``None`` when the run has no rows file (a run not made by ``adaspark run``). Every row is
+    marked ``replay`` with the device model's name and label."""
+    import pandas as pd
+
+    from adaspark.runs.rows import CUT, FINISHED, KEY_COLUMNS, reply_id
+
+    path = arm_dir / ROWS_FILE
+    if not path.is_file():
+        return None
+    run = pd.read_parquet(path)
+    by_id = {reply_id(*(r[k] for k in KEY_COLUMNS)): r for r in run.to_dict("records")}
+    out = []
+    for r in replies:
+        rec = by_id.get(str(r.request_id))
+        if rec is None:  # a request the run did not keep (an untimed warm-up)
+            continue
+        out.append({
+            "arm": arm, "repeat": 1, "entry": arm, **{k: rec[k] for k in KEY_COLUMNS},
+            "status": FINISHED if r.stop == "eog" else CUT,
+            "decode_tps": r.tokens_per_s, "completion_tokens": len(r.tokens),
+            "prompt_tokens": int(rec["prompt_tokens"]), "decode_s": r.decode_s,
+            "rounds": len(r.rounds),
+            "timings": json.dumps({"rule_summary": r.summary}, default=_plain),
+            "replay": True, "device": pricer.name, "device_label": pricer.label})
+    return pd.DataFrame(out)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
 
 
 def replay_main(args: list[str]) -> int:

@@ -43,6 +43,10 @@ class VerifyClasses:
     rows: list[int]
     alpha_ms: list[float]
     beta_ms_per_1k: list[float]
+    #: ``step``: flat inside a class (Eq. 2's dense kernels); ``linear``: alpha and beta
+    #: interpolated between the listed widths, for a routed target whose time rises with every
+    #: row (§3.2); below the first width, the first width's price.
+    shape: Literal["step", "linear"] = "step"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class DeviceModel:
     draft_ms: float = spec(min=0.0)
     host_ms: float = spec(min=0.0)
     description: str | None = None
+    #: The paper's target a ``reconstructed`` model stands for (its name in the paper's tables),
+    #: so a replay's outputs are set beside that target's values.
+    paper_target: str | None = None
     noise: Noise = field(default_factory=Noise)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -84,7 +91,13 @@ class DeviceModel:
         """Eq. (3) for the class of ``n_rows`` at ``context`` tokens, in seconds (no noise)."""
         k = self.class_of(n_rows)
         v = self.verify
-        return (v.alpha_ms[k] + v.beta_ms_per_1k[k] * context / 1000.0) / 1e3
+        alpha, beta = v.alpha_ms[k], v.beta_ms_per_1k[k]
+        if v.shape == "linear" and k > 0:
+            lo = v.rows[k - 1]
+            f = (n_rows - lo) / (v.rows[k] - lo)
+            alpha = v.alpha_ms[k - 1] + f * (alpha - v.alpha_ms[k - 1])
+            beta = v.beta_ms_per_1k[k - 1] + f * (beta - v.beta_ms_per_1k[k - 1])
+        return (alpha + beta * context / 1000.0) / 1e3
 
     @property
     def draft_s(self) -> float:
@@ -132,8 +145,11 @@ def _check_classes(raw: Any, where: str) -> VerifyClasses:
                     f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time cannot be "
                     "negative; a source that reports a negative slope gives 0 here, and the "
                     "file's sources say so")
+    if v.shape not in ("step", "linear"):
+        raise DeviceModelError(f"{where}.shape={v.shape!r}: step (flat inside a class) or linear "
+                               "(interpolated between the listed widths)")
     return VerifyClasses([int(r) for r in v.rows], [float(a) for a in v.alpha_ms],
-                         [float(b) for b in v.beta_ms_per_1k])
+                         [float(b) for b in v.beta_ms_per_1k], v.shape)
 
 
 def device_from_mapping(raw: Any, where: str = "device") -> DeviceModel:
@@ -166,7 +182,7 @@ def _device(raw: Any, where: str) -> DeviceModel:
         name=str(top.get("name") or where), label=top["label"],
         verify=_check_classes(raw["verify"], f"{where}.verify"),
         draft_ms=float(top["draft_ms"]), host_ms=float(top["host_ms"]),
-        description=top.get("description"), noise=noise,
+        description=top.get("description"), paper_target=top.get("paper_target"), noise=noise,
         sources={str(k): str(v) for k, v in (top.get("sources") or {}).items()})
 
 

@@ -185,13 +185,20 @@ def read_labels(path: Path) -> PromptLabels:
 class LabelStore:
     """A directory of labels made with one target, drafter and build (``identity``)."""
 
-    def __init__(self, directory: Path, identity: dict[str, Any]) -> None:
+    def __init__(self, directory: Path, identity: dict[str, Any], *,
+                 restart: bool = False) -> None:
+        """``restart``: labels made with another identity are deleted (the labels stage's
+        ``--on-mismatch restart``, as DVC reruns a stage); else they are refused."""
         self.dir = Path(directory)
         self.identity = identity
         meta = self.dir / META_FILE
         if meta.is_file():
             have = json.loads(meta.read_text(encoding="utf-8"))
-            if have != identity:
+            if have != identity and restart:
+                import shutil
+
+                shutil.rmtree(self.dir)
+            elif have != identity:
                 diff = sorted(k for k in set(have) | set(identity)
                               if have.get(k) != identity.get(k))
                 raise LabelsError(

@@ -1,0 +1,50 @@
+"""The pipeline's ``replay`` section (issue 14): which exact-mode run is labelled, and which arms
+are replayed under which device models (stages ``labelled``, ``labels`` and ``replay``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adaspark.config import ConfigError
+from adaspark.schema import check_group, spec
+
+#: The device model fitted from this machine's survey and the labelled run's trace by the replay
+#: stage (``runs/replay/devices/cpu-measured.yaml``), not a file of ``conf/device/``.
+CPU_MEASURED = "cpu-measured"
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    #: The labelled run's subset and reply cap (the cap bounds the labelling time: labels cost
+    #: about one block and one 1-row verify per position).
+    subset: str
+    cap: int = spec(min=1)
+    #: Arms run in exact mode with round traces (stage ``labelled``); each is also replayed under
+    #: its own recorded times, the exactness check.
+    labelled_arms: list[str] = field(default_factory=list)
+    #: The labelled arm whose replies are labelled and replayed (in exact mode every lossless
+    #: arm's text is the same).
+    replies_of: str = "adaspark"
+    #: Arms replayed over those replies, and the device models they are priced under (a name of
+    #: ``conf/device/``, a file, or ``cpu-measured``).
+    arms: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+
+
+def replay_settings(params: dict[str, Any]) -> ReplaySettings:
+    raw = params.get("replay")
+    if not isinstance(raw, dict):
+        raise ConfigError("the params have no `replay:` section (conf/preset/*.yaml): compose "
+                          "params.yaml again with `adaspark config format=yaml > params.yaml`")
+    s: ReplaySettings = check_group(ReplaySettings, raw, "replay", extra="refuse")
+    if s.replies_of not in s.labelled_arms:
+        raise ConfigError(f"replay.replies_of={s.replies_of!r} is not one of "
+                          f"replay.labelled_arms {s.labelled_arms}: the labelled replies are "
+                          "one labelled arm's")
+    arms = params.get("arms") or {}
+    missing = [a for a in [*s.labelled_arms, *s.arms] if a not in arms]
+    if missing:
+        raise ConfigError(f"replay names arms {missing} that are not under `arms:` (it has "
+                          f"{sorted(arms)})")
+    return s

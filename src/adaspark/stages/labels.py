@@ -1,0 +1,121 @@
+"""Stage ``labels`` (issue 14, "Labels"): every label a replayed arm can need, over the labelled
+run's replies, made once on the engine in exact mode and cached.
+
+    python -m adaspark.stages.labels --params params.yaml --runs runs/labelled --out runs/labels
+
+For each drafter the ``replay.arms`` use (each arm whose drafter has a file), the replies of
+``replay.replies_of`` in ``--runs`` are labelled (:mod:`adaspark.replay.labels`) into
+``OUT/<drafter>-<sha8>/``: every position of each reply, a full block past its end, and as deep
+again as the deepest tree a rule can build past an anchor (the n-gram chains'
+``scheduler.ngram_fill.chain_depth_limit``), so the replay stage never needs the engine. Labels
+are written per prompt as each is done: a killed stage resumes at the next prompt. Labels made
+with another target, drafter, build or decoding code are deleted and made again (as DVC reruns
+a stage whose inputs changed), never mixed with these. ``OUT/summary.json`` gives the time
+spent and the positions labelled per drafter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from adaspark import io
+from adaspark.stages import read_params, stage_main
+
+
+def drafter_arms(cfg: Any, arms: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """One arm per drafter the ``arms`` use (by drafter name, the first arm naming it), and the
+    arms left out with why (no drafter file; no drafter at all needs no labels of a block)."""
+    from adaspark.rules.arms import make_arm_rule
+    from adaspark.runs.settings import ArmEntry, arm_config, no_drafter_file
+    from adaspark.schema import arm_view, scheduler_mapping
+
+    by_drafter: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for name in arms:
+        arm = arm_config(cfg, ArmEntry.parse(name))
+        why = no_drafter_file(cfg, arm)
+        if why:
+            skipped[name] = why
+            continue
+        view = arm_view(cfg, arm)
+        uses = make_arm_rule(arm, scheduler_mapping(view)).uses_drafter
+        key = str(view.drafter.name) if uses else "no-drafter"
+        by_drafter.setdefault(key, name)
+    return by_drafter, skipped
+
+
+def label_depth(params: dict[str, Any]) -> int:
+    """Positions labelled past a reply's block: the n-gram chains' depth limit, plus two."""
+    sched = params.get("scheduler") or {}
+    return int((sched.get("ngram_fill") or {}).get("chain_depth_limit", 32)) + 2
+
+
+@stage_main("labels")
+def main(argv: list[str] | None = None) -> int:
+    from omegaconf import OmegaConf
+
+    from adaspark.replay.command import Labeller, arm_trace_dir
+    from adaspark.replay.settings import replay_settings
+    from adaspark.runs.round_trace import read_traces
+    from adaspark.runs.settings import ArmEntry, arm_config
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--runs", default="runs/labelled", type=Path)
+    ap.add_argument("--out", default="runs/labels", type=Path)
+    a = ap.parse_args(argv)
+    cfg = read_params(a.params)
+    params = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(params, dict)
+    settings = replay_settings(params)
+    traces = read_traces(arm_trace_dir(a.runs, settings.replies_of))
+    depth = label_depth(params)
+    by_drafter, skipped = drafter_arms(cfg, settings.arms)
+
+    def say(m: str) -> None:
+        print(m, file=sys.stderr, flush=True)
+
+    done: dict[str, Any] = {}
+    t_all = time.perf_counter()
+    for drafter, name in by_drafter.items():
+        arm = arm_config(cfg, ArmEntry.parse(name))
+        labeller = Labeller(cfg, arm, a.out, restart=True,
+                            log=lambda m, d=drafter: say(f"[{d}] {m}"))
+        try:
+            say(f"labels: drafter {drafter} (for arm {name} and every arm sharing it), "
+                f"{len(traces)} replies of {settings.replies_of}")
+            got = labeller.labels([(t.prompt, labeller.positions(t, depth)) for t in traces])
+        finally:
+            labeller.close()
+        done[drafter] = {
+            "arm": name, "directory": str(labeller.store.dir), "prompts": len(got),
+            "positions": sum(len(lab.next) for lab in got.values()),
+            "reply_tokens": sum(len(t.tokens) for t in traces),
+            "labelling_s_now": round(labeller.spent, 2), "identity": labeller.identity}
+    summary = {"replies_of": settings.replies_of, "subset": settings.subset,
+               "cap": settings.cap, "depth": depth, "drafters": done,
+               "skipped_arms": skipped, "stage_s": round(time.perf_counter() - t_all, 2)}
+    prev = a.out / "summary.json"
+    if prev.is_file():  # the time of the run that made them, kept across cached reruns
+        old = json.loads(prev.read_text(encoding="utf-8"))
+        for k, v in (old or {}).get("drafters", {}).items():
+            if k in done and done[k]["labelling_s_now"] == 0.0:
+                done[k]["labelling_s"] = v.get("labelling_s", v.get("labelling_s_now"))
+    for v in done.values():
+        v.setdefault("labelling_s", v["labelling_s_now"])
+    io.write_json(prev, summary)
+    print(f"labels: {len(traces)} replies of {settings.replies_of} "
+          f"({settings.subset}, cap {settings.cap}); "
+          + "; ".join(f"{k}: {v['positions']} positions, {v['labelling_s']:.0f} s labelling"
+                      for k, v in done.items())
+          + (f"; not labelled: {', '.join(skipped)} (no drafter file)" if skipped else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Stage ``replay`` (issue 14, "Replay"): the exactness check, then every configured arm
+replayed over the labelled replies under every configured device model.
+
+    python -m adaspark.stages.replay --params params.yaml --runs runs/labelled \\
+        --labels runs/labels --survey runs/survey --out runs/replay
+
+1. ``cpu-measured``: the device model of this machine, fitted from the survey stage's
+   ``survey.parquet`` (each width's Eq. (3) line) with D and the host time from the labelled
+   run's trace, written to ``OUT/devices/cpu-measured.yaml`` (``adaspark replay
+   device=FILE`` takes it).
+2. The exactness check: each of ``replay.labelled_arms`` replayed over its own run under its
+   recorded times (``OUT/check/<arm>/``). A replay that is not exact fails the stage: it is a
+   bug to find, not a tolerance to widen.
+3. Each arm of ``replay.arms`` over ``replay.replies_of``'s replies under each of
+   ``replay.devices`` (``OUT/<device>/<arm>/``: the trace files, ``replies.parquet`` in a run's
+   shape and the rule's own round log, every record marked as replay with the device model).
+   Arms whose drafter has no file are left out and named. Then Figure 5's pair, the pinned 8-
+   and 16-row trees with n-gram candidates off (the fig5 stage's arms), over the same replies
+   (``OUT/<device>/fig5/w8``, ``w16``).
+
+The labels come from the labels stage only (the engine is never loaded to label here).
+``OUT/summary.json`` indexes it all; the report's replay section reads it
+(:mod:`adaspark.analysis.replay`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from adaspark import io
+from adaspark.stages import read_params, stage_main
+
+CHECK_DIR = "check"
+#: Figure 5's replays (``OUT/<device>/fig5/w8``, ``w16``): below the arms' own directories.
+FIG5_DIR = "fig5"
+FIG5_WIDTHS = (8, 16)
+DEVICES_DIR = "devices"
+
+
+def write_device(path: Path, model: Any) -> Path:
+    """A device model as a ``conf/device/`` file (one that :func:`load_device` reads back)."""
+    raw = dataclasses.asdict(model)
+    raw = {k: v for k, v in raw.items() if v is not None}
+    head = (f"# {model.name}: fitted by the replay stage (adaspark.stages.replay) from this "
+            "machine's survey and the labelled run's trace; MEASURED here, not reconstructed.\n")
+    return io.write_text(path, head + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+
+
+def device_entry(model: Any, where: str) -> dict[str, Any]:
+    return {"name": model.name, "label": model.label, "description": model.description,
+            "paper_target": model.paper_target, "file": where, "max_rows": model.max_rows,
+            "draft_ms": model.draft_ms, "host_ms": model.host_ms,
+            "verify": dataclasses.asdict(model.verify), "sources": model.sources}
+
+
+@stage_main("replay")
+def main(argv: list[str] | None = None) -> int:
+    from omegaconf import OmegaConf
+
+    from adaspark.analysis.replay import screen_summary
+    from adaspark.replay.command import arm_trace_dir, replay_arm, survey_device
+    from adaspark.replay.device import device_path, load_device
+    from adaspark.replay.settings import CPU_MEASURED, replay_settings
+    from adaspark.runs.round_trace import read_traces
+    from adaspark.runs.settings import ArmEntry, arm_config, no_drafter_file
+    from adaspark.schema import check_arm
+    from adaspark.stages.fig5 import pinned_arm
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--runs", default="runs/labelled", type=Path)
+    ap.add_argument("--labels", default="runs/labels", type=Path)
+    ap.add_argument("--survey", default="runs/survey", type=Path)
+    ap.add_argument("--out", default="runs/replay", type=Path)
+    a = ap.parse_args(argv)
+    cfg = read_params(a.params)
+    params = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(params, dict)
+    s = replay_settings(params)
+    t0 = time.perf_counter()
+
+    def say(m: str) -> None:
+        print(m, file=sys.stderr, flush=True)
+
+    quiet = lambda _m: None  # noqa: E731  (each replay's own lines; the stage prints its own)
+
+    # 1. the device models, cpu-measured fitted here
+    devices: dict[str, dict[str, Any]] = {}
+    files: dict[str, str] = {}
+    for name in s.devices:
+        if name == CPU_MEASURED:
+            traces = read_traces(arm_trace_dir(a.runs, s.replies_of))
+            model = survey_device(a.survey / "survey.parquet", traces, name=CPU_MEASURED)
+            path = write_device(a.out / DEVICES_DIR / f"{CPU_MEASURED}.yaml", model)
+            model = load_device(str(path))  # the file it wrote is the one replayed
+        else:
+            path = device_path(name)
+            model = load_device(name)
+        files[name] = str(path)
+        devices[name] = device_entry(model, str(path))
+
+    # 2. the exactness check
+    check: dict[str, Any] = {}
+    for i, name in enumerate(s.labelled_arms, 1):
+        arm = arm_config(cfg, ArmEntry.parse(name))
+        out = a.out / CHECK_DIR / name
+        shutil.rmtree(out, ignore_errors=True)
+        r = replay_arm(cfg, arm, a.runs, device="recorded", out=out, labels=a.labels,
+                       engine=False, log=quiet)
+        check[name] = r
+        say(f"replay check {i}/{len(s.labelled_arms)}: {name}: {r['rounds_identical']}/"
+            f"{r['rounds_compared']} rounds identical, committed identical "
+            f"{r['committed_identical']} -> {'EXACT' if r['exact'] else 'NOT EXACT'}")
+
+    # 3. every arm under every device model
+    skipped = {n: why for n in s.arms
+               if (why := no_drafter_file(cfg, arm_config(cfg, ArmEntry.parse(n))))}
+    arms = [n for n in s.arms if n not in skipped]
+    replays: dict[str, dict[str, Any]] = {}
+    n_all, k = len(arms) * len(s.devices), 0
+    for dev in s.devices:
+        replays[dev] = {}
+        for name in arms:
+            k += 1
+            arm = arm_config(cfg, ArmEntry.parse(name))
+            out = a.out / dev / name
+            shutil.rmtree(out, ignore_errors=True)
+            r = replay_arm(cfg, arm, a.runs, device=files[dev], out=out,
+                           replies_of=s.replies_of, labels=a.labels, engine=False, log=quiet)
+            replays[dev][name] = r
+            say(f"replay {k}/{n_all}: {name} under {dev}: {r['tokens_per_s']:.1f} tok/s, "
+                f"{r['tokens_per_round']:.2f} tokens per round")
+        # Figure 5: the pinned 8- and 16-row trees with n-gram candidates off, as the fig5
+        # stage runs them, over the same replies
+        for w in FIG5_WIDTHS:
+            arm = check_arm(pinned_arm(params, w), f"arms.adaspark-w{w}")
+            out = a.out / dev / FIG5_DIR / f"w{w}"
+            shutil.rmtree(out, ignore_errors=True)
+            replay_arm(cfg, arm, a.runs, device=files[dev], out=out, replies_of=s.replies_of,
+                       labels=a.labels, engine=False, log=quiet)
+    summary = {"replies_of": s.replies_of, "subset": s.subset, "cap": s.cap,
+               "runs": str(a.runs), "labels": str(a.labels), "devices": devices,
+               "check": check, "replays": replays, "skipped_arms": skipped,
+               "stage_s": round(time.perf_counter() - t0, 2)}
+    io.write_json(a.out / "summary.json", summary)
+    print(screen_summary(summary))
+    bad = [n for n, r in check.items() if not r["exact"]]
+    if bad:
+        print(f"replay: the exactness check failed for {', '.join(bad)} (see "
+              f"{a.out / CHECK_DIR}/<arm>/summary.json): a replay that is not exact is a bug",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
