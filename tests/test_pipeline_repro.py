@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
@@ -112,6 +113,9 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
         assert {"adaspark", "chain3", "adaspark-dspark"} <= set(arms), (dev, sorted(arms))
         assert arms["adaspark-dspark"]["accepted"] > 0, arms["adaspark-dspark"]
     assert (copy / "runs" / "replay" / "devices" / "cpu-measured.yaml").is_file()
+    for dev in replay["replays"]:  # Figure 5's pair over Figure 5's own prompts
+        f5 = pd.read_parquet(copy / "runs" / "replay" / dev / "fig5" / "prompts.parquet")
+        assert sorted(set(f5["width"])) == [8, 16] and (f5["tokens"] > 0).all(), f5
     labels = json.loads((copy / "runs" / "labels" / "summary.json").read_text())
     assert len(labels["drafters"]) == 2, labels  # the draft model and the DSpark file
     report = (copy / "paper" / "report.md").read_text()

@@ -58,6 +58,12 @@ def replay_dir(tmp_path: Path) -> Path:
                            + ["cold-start"]})
     io.write_parquet(out / dev / "adaspark" / "rounds" / "r.parquet",
                      pa.Table.from_pandas(rounds, preserve_index=False))
+    # Figure 5 over its prompts: 16 rows commit 10% more tokens per round for 5% more time
+    f5 = pd.DataFrame([{"context": 443, "context_paper": 443, "prompt": "p", "width": w,
+                        "arm": f"adaspark-w{w}", "rounds": 10, "tokens": tok, "decode_s": t}
+                       for w, tok, t in ((8, 20, 1.0), (16, 22, 1.05))])
+    io.write_parquet(out / dev / "fig5" / "prompts.parquet",
+                     pa.Table.from_pandas(f5, preserve_index=False))
     labelled = tmp_path / "labelled" / "adaspark"
     io.write_parquet(labelled / "replies.parquet",
                      pa.Table.from_pandas(_rows("adaspark", 5.0, "here"), preserve_index=False))
@@ -91,6 +97,8 @@ def test_replay_tables_give_the_known_ratios_beside_the_papers_rows(replay_dir):
     assert "Paper, Qwen3-4B" in md and "0.999× [0.992, 1.007]" in md  # the paper's own cell
     # Table 6: chain3 stands in for llama.cpp's tok/s (10.0), AdaSpark 2.00x over it
     assert STAND_IN in md and "2.00×" in md[md.index("Table 6 in replay"):]
+    f5 = md[md.index("Figure 5 in replay under qwen3-4b-paper (its prompts)"):]
+    assert "| 443 | p | +10.0% | +5.0% | yes |" in f5
     # Figure 8: 7 of 9 chosen rounds at 8 rows, the cold-start round left out
     f8 = md[md.index("Figure 8 in replay"):]
     assert "77.8%" in f8 and "22.2%" in f8 and "| 1 |" not in f8.split("Paper")[0]

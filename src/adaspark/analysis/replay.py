@@ -278,6 +278,29 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
                 pair.append((f"Paper, {paper}", *pr))
             sec.p(f"{t.attrs['label']} (replay, {dev}). {t.attrs['caption']}{note}")
             sec.tables(*pair)
+        prompts = Path(replay_dir) / dev / "fig5" / "prompts.parquet"
+        if prompts.is_file():
+            from adaspark.analysis import paper_values
+            from adaspark.analysis.figures.fig5 import marginal_points
+
+            mp = marginal_points(pd.read_parquet(prompts))
+            rows = [[f"{r.context:,}", str(r.prompt), f"{r.extra_tokens:+.1%}",
+                     f"{r.extra_time:+.1%}", "yes" if r.extra_tokens > r.extra_time else "no"]
+                    for r in mp.itertuples()]
+            rows.append(["median", "", f"{mp['extra_tokens'].median():+.1%}",
+                         f"{mp['extra_time'].median():+.1%}", ""])
+            text = paper_values.paper_figure("fig5")["text"]
+            said = [f"{k.replace('_', ' ')}: {v[paper]:+.1%}" for k, v in text.items()
+                    if paper in v]
+            sec.p("Figure 5 (replay over Figure 5's own prompts): per context and prompt, the "
+                  "16-row tree's extra time and extra tokens per round over the 8-row tree's, "
+                  "both pinned with n-gram candidates off, each run from empty, as the fig5 "
+                  "stage runs them. Above the diagonal (more tokens than time) the wider tree "
+                  "decodes faster."
+                  + (f" The paper, {paper}: " + "; ".join(said) + "." if said else ""))
+            sec.tables((f"Figure 5 in replay under {dev} (its prompts)",
+                        ["context", "prompt", "extra tokens per round", "extra time per round",
+                         "16 rows faster"], rows))
         pts = fig5_points(replay_dir, dev)
         if not pts.empty:
             from adaspark.analysis import paper_values
@@ -321,15 +344,15 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
     from adaspark.replay.settings import CPU_MEASURED
 
     real = Section("Replay against reality on this machine", level=3)
-    real.p("Each labelled arm: its labelled run (exact mode, decode tok/s on the client's "
-           "clock, first to last token), the same run's rounds summed (its replay under its own "
-           "recorded times), its replay under cpu-measured (the fast-mode survey's verify law, "
-           "the labelled run's median D and host time) and the arm's fast-mode run of the run "
-           "stage where it ran (runs/arms, its own reply cap, so longer replies). Exact mode "
+    real.p("Each labelled arm: its labelled run (exact mode, decode tok/s on the client's clock, "
+           "first to last token), the same run's rounds summed (its replay under its own recorded "
+           "times), its replay under cpu-measured (the fast-mode survey's verify law, the fast-"
+           "mode instrumented run's median D and host time) and the arm's fast-mode run of the run"
+           " stage where it ran (runs/arms, its own reply cap, so longer replies). Exact mode "
            "costs more per round than fast mode (its verifies also decode again the tokens the "
-           "last round accepted), so cpu-measured, a fast-mode law, is set against the "
-           "fast-mode run: how far apart those two are is how far a survey's device model is "
-           "from a real run here."
+           "last round accepted), so cpu-measured, a fast-mode law, is set against the fast-mode "
+           "run: how far apart those two are is how far a survey's device model is from a real run"
+           " here."
            + ("" if CPU_MEASURED in summary["replays"] else
               " cpu-measured is not among replay.devices: its columns are dashes."))
     real.tables(("Replay against reality", ["arm", "labelled run tok/s (exact)",

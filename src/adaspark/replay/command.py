@@ -148,8 +148,9 @@ def survey_device(path: Path, traces: list[RequestTrace], *, name: str) -> Any:
     return device_from_survey(
         pd.read_parquet(path), name=name, source=str(path), draft_ms=draft,
         host_ms=max(host, 0.0),
-        timing_source=f"medians over the drafted rounds of the run's trace ({len(drafted)} "
-                      "rounds)")
+        timing_source=f"medians over the drafted rounds of {traces[0].meta.get('arm', 'the')} "
+                      f"run's trace ({len(drafted)} rounds, "
+                      f"{'exact' if traces[0].exact else 'fast'} mode)" if traces else "none")
 
 
 def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestTrace],

@@ -9,6 +9,9 @@ from typing import Any
 from adaspark.config import ConfigError
 from adaspark.schema import check_group, spec
 
+#: The labels stage's list of Figure 5's prompts (``runs/labels/fig5_prompts.json``).
+FIG5_PROMPTS = "fig5_prompts.json"
+
 #: The device model fitted from this machine's survey and the labelled run's trace by the replay
 #: stage (``runs/replay/devices/cpu-measured.yaml``), not a file of ``conf/device/``.
 CPU_MEASURED = "cpu-measured"
@@ -30,6 +33,9 @@ class ReplaySettings:
     #: ``conf/device/``, a file, or ``cpu-measured``).
     arms: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
+    #: Also label Figure 5's prompts (the ``fig5`` section's contexts, prompts and tokens) and
+    #: replay its pinned 8- and 16-row pair over them under every device model.
+    fig5_prompts: bool = False
 
 
 def replay_settings(params: dict[str, Any]) -> ReplaySettings:

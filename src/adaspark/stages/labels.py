@@ -55,6 +55,40 @@ def label_depth(params: dict[str, Any]) -> int:
     return int((sched.get("ngram_fill") or {}).get("chain_depth_limit", 32)) + 2
 
 
+def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any) -> dict[str, Any]:
+    """Figure 5's prompts (the fig5 stage's: ``fig5.contexts``, ``prompts_per_context``), each
+    labelled for ``fig5.max_tokens`` tokens and a tree's depth past them with the pinned pair's
+    drafter; their tokens go to ``OUT/fig5_prompts.json`` for the replay stage."""
+    from adaspark.replay.command import Labeller
+    from adaspark.replay.settings import FIG5_PROMPTS
+    from adaspark.schema import check_arm
+    from adaspark.stages.fig5 import Fig5Settings, pinned_arm
+    from adaspark.stages.measured import prompts_by_context
+    from adaspark.testset.microbench import RESERVE_TOKENS
+
+    f5 = Fig5Settings.from_section(params.get("fig5"))
+    arm = check_arm(pinned_arm(params, f5.widths[0]), "fig5's pinned arm")
+    labeller = Labeller(cfg, arm, out, restart=True, log=lambda m: say(f"[fig5] {m}"))
+    try:
+        by_ctx, paper_of = prompts_by_context(
+            labeller._parts(label=False), cfg, f5.testset, list(f5.contexts),
+            reserve=max(RESERVE_TOKENS, f5.max_tokens + 16))
+        prompts = [{"context": ctx, "context_paper": paper_of[ctx], "prompt": p.name,
+                    "tokens": [int(t) for t in p.token_ids]}
+                   for ctx in sorted(by_ctx) for p in by_ctx[ctx][: f5.prompts_per_context]]
+        n = f5.max_tokens + labeller.block_positions + label_depth(params)
+        say(f"labels: Figure 5's {len(prompts)} prompts, {n} positions each")
+        got = labeller.labels([(p["tokens"], n) for p in prompts])
+    finally:
+        labeller.close()
+    io.write_json(out / FIG5_PROMPTS, {"max_tokens": f5.max_tokens, "widths": list(f5.widths),
+                                       "prompts": prompts})
+    return {"arm": str(arm.name), "directory": str(labeller.store.dir), "prompts": len(got),
+            "positions": sum(len(lab.next) for lab in got.values()),
+            "reply_tokens": f5.max_tokens * len(prompts),
+            "labelling_s_now": round(labeller.spent, 2), "identity": labeller.identity}
+
+
 @stage_main("labels")
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
@@ -97,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
             "positions": sum(len(lab.next) for lab in got.values()),
             "reply_tokens": sum(len(t.tokens) for t in traces),
             "labelling_s_now": round(labeller.spent, 2), "identity": labeller.identity}
+    if settings.fig5_prompts:
+        done["fig5"] = label_fig5(cfg, params, a.out, say)
     summary = {"replies_of": settings.replies_of, "subset": settings.subset,
                "cap": settings.cap, "depth": depth, "drafters": done,
                "skipped_arms": skipped, "stage_s": round(time.perf_counter() - t_all, 2)}

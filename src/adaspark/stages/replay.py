@@ -2,12 +2,13 @@
 replayed over the labelled replies under every configured device model.
 
     python -m adaspark.stages.replay --params params.yaml --runs runs/labelled \\
-        --labels runs/labels --survey runs/survey --out runs/replay
+        --labels runs/labels --survey runs/survey --timing runs/extra/instrumented \\
+        --out runs/replay
 
 1. ``cpu-measured``: the device model of this machine, fitted from the survey stage's
-   ``survey.parquet`` (each width's Eq. (3) line) with D and the host time from the labelled
-   run's trace, written to ``OUT/devices/cpu-measured.yaml`` (``adaspark replay
-   device=FILE`` takes it).
+   ``survey.parquet`` (each width's Eq. (3) line) with D and the host time from the fast-mode
+   instrumented run's round trace (``--timing``; the labelled run's where it has none), written
+   to ``OUT/devices/cpu-measured.yaml`` (``adaspark replay device=FILE`` takes it).
 2. The exactness check: each of ``replay.labelled_arms`` replayed over its own run under its
    recorded times (``OUT/check/<arm>/``). A replay that is not exact fails the stage: it is a
    bug to find, not a tolerance to widen.
@@ -45,6 +46,19 @@ FIG5_WIDTHS = (8, 16)
 DEVICES_DIR = "devices"
 
 
+def timing_traces(timing: Path, labelled: Path, arm: str) -> Path:
+    """Where cpu-measured's D and host time come from: ``arm``'s fast-mode round trace in
+    ``timing`` (the instrumented run, fast kernels as the survey), else the labelled run's
+    (exact mode: its draft model catches up one token per decode, so D is longer)."""
+    from adaspark.config import ConfigError
+    from adaspark.replay.command import arm_trace_dir
+
+    try:
+        return arm_trace_dir(timing, arm)
+    except ConfigError:
+        return arm_trace_dir(labelled, arm)
+
+
 def write_device(path: Path, model: Any) -> Path:
     """A device model as a ``conf/device/`` file (one that :func:`load_device` reads back)."""
     raw = dataclasses.asdict(model)
@@ -61,12 +75,57 @@ def device_entry(model: Any, where: str) -> dict[str, Any]:
             "verify": dataclasses.asdict(model.verify), "sources": model.sources}
 
 
+def fig5_prompts(cfg: Any, params: dict[str, Any], labels: Path, device: str, out: Path) -> Path:
+    """Figure 5 over its own prompts (labelled by the labels stage): each prompt decoded for
+    ``fig5.max_tokens`` tokens at each pinned width, n-gram candidates off, a fresh rule per run
+    (the fig5 stage's protocol), priced by ``device``. Writes ``out/prompts.parquet`` with the
+    fig5 stage's columns (:data:`adaspark.analysis.figures.fig5.FIG5_COLUMNS`)."""
+    import json
+
+    import pandas as pd
+    import pyarrow as pa
+
+    from adaspark.analysis.figures.fig5 import FIG5_COLUMNS
+    from adaspark.decoding.tree import MAX_ROWS_EXACT
+    from adaspark.replay.command import Labeller, pricer_for
+    from adaspark.replay.labels import prompt_key
+    from adaspark.replay.loop import replay_reply
+    from adaspark.replay.settings import FIG5_PROMPTS
+    from adaspark.rules.arms import make_arm_rule
+    from adaspark.schema import check_arm, scheduler_mapping, target_config
+    from adaspark.stages.fig5 import pinned_arm
+
+    spec = json.loads((labels / FIG5_PROMPTS).read_text(encoding="utf-8"))
+    pricer = pricer_for(device, [])
+    n_ctx = int(target_config(cfg).n_ctx)
+    rows = []
+    for w in spec["widths"]:
+        arm = check_arm(pinned_arm(params, int(w)), f"arms.adaspark-w{w}")
+        lab = Labeller(cfg, arm, labels, engine=False)
+        for i, p in enumerate(spec["prompts"]):
+            have = lab.store.get(p["tokens"])
+            if have is None:
+                raise RuntimeError(f"Figure 5's prompt {p['prompt']} ({prompt_key(p['tokens'])}) "
+                                   f"has no labels in {lab.store.dir}: rerun the labels stage")
+            rule = make_arm_rule(arm, scheduler_mapping(lab.view))
+            r = replay_reply(rule, have, int(spec["max_tokens"]), pricer.fresh(), seq=i,
+                             request_id=p["prompt"], block_positions=lab.block_positions,
+                             max_rows=min(pricer.model.max_rows, MAX_ROWS_EXACT), n_ctx=n_ctx)
+            rows.append({"context": p["context"], "context_paper": p["context_paper"],
+                         "prompt": p["prompt"], "width": int(w), "arm": str(arm.name),
+                         "rounds": len(r.rounds), "tokens": len(r.tokens),
+                         "decode_s": r.decode_s, "replay": True, "device": pricer.name})
+    frame = pd.DataFrame(rows, columns=[*FIG5_COLUMNS, "replay", "device"])
+    return io.write_parquet(out / "prompts.parquet", pa.Table.from_pandas(frame,
+                                                                          preserve_index=False))
+
+
 @stage_main("replay")
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from adaspark.analysis.replay import screen_summary
-    from adaspark.replay.command import arm_trace_dir, replay_arm, survey_device
+    from adaspark.replay.command import replay_arm, survey_device
     from adaspark.replay.device import device_path, load_device
     from adaspark.replay.settings import CPU_MEASURED, replay_settings
     from adaspark.runs.round_trace import read_traces
@@ -79,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default="runs/labelled", type=Path)
     ap.add_argument("--labels", default="runs/labels", type=Path)
     ap.add_argument("--survey", default="runs/survey", type=Path)
+    ap.add_argument("--timing", default="runs/extra/instrumented", type=Path,
+                    help="a fast-mode run with round traces (cpu-measured's D and host time)")
     ap.add_argument("--out", default="runs/replay", type=Path)
     a = ap.parse_args(argv)
     cfg = read_params(a.params)
@@ -97,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     files: dict[str, str] = {}
     for name in s.devices:
         if name == CPU_MEASURED:
-            traces = read_traces(arm_trace_dir(a.runs, s.replies_of))
-            model = survey_device(a.survey / "survey.parquet", traces, name=CPU_MEASURED)
+            model = survey_device(a.survey / "survey.parquet",
+                                  read_traces(timing_traces(a.timing, a.runs, s.replies_of)),
+                                  name=CPU_MEASURED)
             path = write_device(a.out / DEVICES_DIR / f"{CPU_MEASURED}.yaml", model)
             model = load_device(str(path))  # the file it wrote is the one replayed
         else:
@@ -146,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)
             replay_arm(cfg, arm, a.runs, device=files[dev], out=out, replies_of=s.replies_of,
                        labels=a.labels, engine=False, log=quiet)
+        if s.fig5_prompts:
+            fig5_prompts(cfg, params, a.labels, files[dev], a.out / dev / FIG5_DIR)
+            say(f"replay: Figure 5's prompts under {dev}")
     summary = {"replies_of": s.replies_of, "subset": s.subset, "cap": s.cap,
                "runs": str(a.runs), "labels": str(a.labels), "devices": devices,
                "check": check, "replays": replays, "skipped_arms": skipped,
