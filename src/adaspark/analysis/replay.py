@@ -228,7 +228,8 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
         "stand-in for the paper's DSpark drafters); only the costs are the device's. A model "
         "labelled reconstructed is read from the paper's published figures (each number's "
         "source line is in its file under conf/device/), not measured; cpu-measured is fitted "
-        "from this machine's survey and the labelled run's rounds. Exactness check: "
+        "from this machine's survey and a run's round trace (its section names which). "
+        "Exactness check: "
         f"{len(summary['check'])} arm(s) replayed under their own recorded times, "
         f"{n_check} rounds compared, {'exact' if exact else 'NOT EXACT'}.")
     if summary.get("skipped_arms"):
@@ -240,10 +241,16 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
         paper = info.get("paper_target")
         title = f"{dev} ({info['label']}{', the paper’s ' + paper if paper else ''})"
         sec = Section(f"Replay under {title}", level=3)
+        linear = info["verify"].get("shape") == "linear"
+        timing = (info.get("sources") or {}).get("draft_ms")
         sec.p(f"Device model {dev}: {info.get('description') or ''} ({info['label']}; file "
-              f"{info['file']}). Verify classes (top widths) {info['verify']['rows']}, drafter "
-              f"D {info['draft_ms']} ms, host {info['host_ms']} ms per round; widths above "
-              f"{info['max_rows']} rows are not priced, so arms are held to it.")
+              f"{info['file']}). "
+              + ("Verify time interpolated between the widths " if linear else
+                 "Verify classes (top widths) ") + f"{info['verify']['rows']}, drafter "
+              f"D {info['draft_ms']} ms, host {info['host_ms']} ms per round"
+              + (f" (D and host: {timing})" if info["label"] == "measured" and timing else "")
+              + f"; widths above {info['max_rows']} rows are not priced, so arms are held to "
+              "it.")
         replies = device_replies(replay_dir, dev)
         if replies.empty:
             sections.append(sec.p("No replayed reply."))

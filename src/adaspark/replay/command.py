@@ -207,7 +207,11 @@ class Labeller:
                                   "its labels cannot be made (set its path=FILE)")
             dpath, dsha = model_files.resolve(dcfg)
             self.models["drafter"] = {"path": str(dpath), "sha256": dsha}
-            if B is None:  # a DSpark file says its own block size: load it
+            if B is None and str(dcfg.kind) == "dspark":  # the file's own block size
+                from adaspark.decoding.drafter.dspark_file import read_dspark_file
+
+                B = read_dspark_file(dpath).block_size
+            if B is None:  # another drafter kind with a block of its own: load it
                 B = self._parts(label=False).block_positions
         self.block_positions = int(B or 1) if self.drafted else 1
         self.identity = labels_identity(self.models, dcfg, self.block_positions, self.drafted)
@@ -364,7 +368,7 @@ def replay_rows(arm_dir: Path, arm: str, replies: list[ReplayedReply], pricer: P
     marked ``replay`` with the device model's name and label."""
     import pandas as pd
 
-    from adaspark.runs.rows import CUT, FINISHED, KEY_COLUMNS, reply_id
+    from adaspark.runs.rows import CUT, FINISHED, KEY_COLUMNS, LOOPED, reply_id
 
     path = arm_dir / ROWS_FILE
     if not path.is_file():
@@ -378,7 +382,8 @@ def replay_rows(arm_dir: Path, arm: str, replies: list[ReplayedReply], pricer: P
             continue
         out.append({
             "arm": arm, "repeat": 1, "entry": arm, **{k: rec[k] for k in KEY_COLUMNS},
-            "status": FINISHED if r.stop == "eog" else CUT,
+            # a reply the run saw loop to the protocol cap loops in every replay of its text
+            "status": LOOPED if rec["status"] == LOOPED else FINISHED if r.stop == "eog" else CUT,
             "decode_tps": r.tokens_per_s, "completion_tokens": len(r.tokens),
             "prompt_tokens": int(rec["prompt_tokens"]), "decode_s": r.decode_s,
             "rounds": len(r.rounds),

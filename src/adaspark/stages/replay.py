@@ -64,7 +64,8 @@ def write_device(path: Path, model: Any) -> Path:
     raw = dataclasses.asdict(model)
     raw = {k: v for k, v in raw.items() if v is not None}
     head = (f"# {model.name}: fitted by the replay stage (adaspark.stages.replay) from this "
-            "machine's survey and the labelled run's trace; MEASURED here, not reconstructed.\n")
+            "machine's survey and a run's round trace (`sources` says which); MEASURED here, "
+            "not reconstructed.\n")
     return io.write_text(path, head + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
 
 
@@ -102,6 +103,7 @@ def fig5_prompts(cfg: Any, params: dict[str, Any], labels: Path, device: str, ou
     for w in spec["widths"]:
         arm = check_arm(pinned_arm(params, int(w)), f"arms.adaspark-w{w}")
         lab = Labeller(cfg, arm, labels, engine=False)
+        lab.close()  # the store only: no engine is loaded here
         for i, p in enumerate(spec["prompts"]):
             have = lab.store.get(p["tokens"])
             if have is None:
