@@ -22,6 +22,7 @@ from adaspark.analysis.replay import (
     screen_summary,
     top_widths,
     with_stand_in,
+    write_figures,
 )
 
 SPEEDS = {"adaspark": 20.0, "adaspark-w8": 16.0, "adaspark-w16": 22.0, "chain3": 10.0}
@@ -89,7 +90,12 @@ def _text(sections) -> str:
 
 
 def test_replay_tables_give_the_known_ratios_beside_the_papers_rows(replay_dir):
+    captions = write_figures(replay_dir, "qwen3-4b-paper")
+    for name in ("fig5", "fig8"):
+        assert (replay_dir / "qwen3-4b-paper" / "figures" / f"{name}.png").stat().st_size > 0
+    assert "qwen3-4b-paper (replay)" in captions["fig8"] and "8 rows 78%" in captions["fig8"]
     md = _text(replay_sections(replay_dir, replay_dir.parent, Options()))
+    assert "figures/fig5.png" in md and "figures/fig8.png" in md
     assert "Replay under qwen3-4b-paper (reconstructed, the paper’s Qwen3-4B)" in md
     # Table 3: every reply of pinned 8 at 16 over AdaSpark's 20 is 0.800; 16 rows 1.100 is best
     t3 = md[md.index("Table 3 in replay"):]
@@ -109,10 +115,13 @@ def test_replay_tables_give_the_known_ratios_beside_the_papers_rows(replay_dir):
 
 
 def test_the_stand_in_and_the_summaries_known_answers():
-    frame = pd.concat([_rows("chain3", 10.0, "d"), _rows("adaspark", 20.0, "d")])
+    frame = pd.concat([_rows("chain3", 10.0, "d"), _rows("adaspark", 20.0, "d"),
+                       _rows("chain3-dspark", 30.0, "d")])
     out = with_stand_in(frame)
     assert (out["arm"] == "llamacpp-chain").sum() == 6
     assert out.loc[out["arm"] == "llamacpp-chain", "decode_tps"].eq(10.0).all()
+    assert out.loc[out["arm"] == "llamacpp-dspark", "decode_tps"].eq(30.0).all()
+    assert len(out) == len(frame) + 12
     reps = {a: _summary(a, t) for a, t in SPEEDS.items()}
     assert best_pinned(reps) == (16, 22.0)
     assert best_pinned({"adaspark": reps["adaspark"]}) is None

@@ -23,7 +23,6 @@ import pandas as pd
 
 from adaspark.analysis.records import (
     ADASPARK,
-    LLAMACPP_CHAIN,
     PINNED,
     Options,
     read_replies,
@@ -33,8 +32,8 @@ from adaspark.analysis.records import (
 CHAIN3 = "chain3"
 SUMMARY = "summary.json"
 STAND_IN = ("llama.cpp's tok/s cannot be replayed (llama-server's own loop is not a width "
-            "rule): the first row is our chain3 in replay, standing in for it, so every ratio is "
-            "over chain3")
+            "rule): a block's first row is its chain in replay (chain3, chain3-dspark), standing "
+            "in for it, so every ratio is over that chain")
 
 
 def read_summary(replay_dir: Path) -> dict[str, Any] | None:
@@ -53,24 +52,58 @@ def device_replies(replay_dir: Path, device: str) -> pd.DataFrame:
 
 
 def with_stand_in(replies: pd.DataFrame) -> pd.DataFrame:
-    """``replies`` plus chain3's rows again as ``llamacpp-chain`` (Table 6's first row)."""
-    chain = replies[replies["arm"].astype(str) == CHAIN3]
-    if chain.empty:
-        return replies
-    copy = chain.assign(arm=LLAMACPP_CHAIN, entry=LLAMACPP_CHAIN)
-    return pd.concat([replies, copy], ignore_index=True)
+    """``replies`` plus each block's chain again as its llama.cpp baseline (Table 6's first
+    row of a block): ``chain3`` as ``llamacpp-chain``, ``chain3-dspark`` as
+    ``llamacpp-dspark``."""
+    from adaspark.analysis.records import BLOCKS
+
+    out = [replies]
+    for block in BLOCKS:
+        chain = replies[replies["arm"].astype(str) == block.chain]
+        if not chain.empty:
+            out.append(chain.assign(arm=block.llamacpp, entry=block.llamacpp))
+    return pd.concat(out, ignore_index=True) if len(out) > 1 else replies
+
+
+FIGURES_DIR = "figures"
+
+
+def write_figures(replay_dir: Path, device: str) -> dict[str, str]:
+    """Figures 5 and 8 in replay form as the figures stage draws them (PNG and PDF under
+    ``<replay_dir>/<device>/figures/``, titled with the device model and marked replay):
+    Figure 5 from the replay over Figure 5's prompts, Figure 8 from AdaSpark's replayed rounds.
+    Returns each written figure's caption by name."""
+    from adaspark.analysis.figures.fig5 import figure5_marginal_rows
+    from adaspark.analysis.figures.fig8 import figure8_widths
+    from adaspark.analysis.figures.style import save
+
+    base = Path(replay_dir) / device
+    label = f"{device} (replay)"
+    made: dict[str, Any] = {}
+    prompts = base / "fig5" / "prompts.parquet"
+    if prompts.is_file():
+        made["fig5"] = figure5_marginal_rows(pd.read_parquet(prompts), label)
+    if (base / ADASPARK / "rounds").is_dir():
+        rounds = read_rounds(base / ADASPARK)
+        made["fig8"] = figure8_widths(rounds, label)
+    captions = {}
+    for name, fig in made.items():
+        captions[name] = str(fig.adaspark["caption"])  # type: ignore[attr-defined]
+        save(fig, base / FIGURES_DIR, name)
+    return captions
 
 
 def relabel_stand_in(table6: pd.DataFrame) -> pd.DataFrame:
     """Table 6 in replay: its first row named for what it is, chain3 standing in."""
-    from adaspark.analysis.records import DRAFT_MODEL_BLOCK
+    from adaspark.analysis.records import BLOCKS
     from adaspark.analysis.tables.table6 import base_row
 
     out = table6.copy()
     out.attrs = dict(table6.attrs)
     if "arm" in out.columns:
-        out["arm"] = out["arm"].replace(
-            base_row(DRAFT_MODEL_BLOCK), "chain3 in replay, standing in for llama.cpp (tok/s)")
+        out["arm"] = out["arm"].replace({
+            base_row(b): f"{b.chain} in replay, standing in for llama.cpp (tok/s)"
+            for b in BLOCKS})
     return out
 
 
@@ -285,6 +318,11 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
                 pair.append((f"Paper, {paper}", *pr))
             sec.p(f"{t.attrs['label']} (replay, {dev}). {t.attrs['caption']}{note}")
             sec.tables(*pair)
+        for name, png in (("Figure 5", "fig5"), ("Figure 8", "fig8")):
+            path = Path(replay_dir) / dev / FIGURES_DIR / f"{png}.png"
+            if path.is_file():
+                sec.figure(path, f"{name} in replay under {dev} (a device model's prices over "
+                                 "this machine's labels).")
         prompts = Path(replay_dir) / dev / "fig5" / "prompts.parquet"
         if prompts.is_file():
             from adaspark.analysis import paper_values

@@ -17,7 +17,9 @@ replayed over the labelled replies under every configured device model.
    shape and the rule's own round log, every record marked as replay with the device model).
    Arms whose drafter has no file are left out and named. Then Figure 5's pair, the pinned 8-
    and 16-row trees with n-gram candidates off (the fig5 stage's arms), over the same replies
-   (``OUT/<device>/fig5/w8``, ``w16``).
+   (``OUT/<device>/fig5/w8``, ``w16``), and over Figure 5's own prompts where
+   ``replay.fig5_prompts`` (``OUT/<device>/fig5/prompts.parquet``). Figures 5 and 8 in replay
+   form are drawn per device model (``OUT/<device>/figures/``).
 
 The labels come from the labels stage only (the engine is never loaded to label here).
 ``OUT/summary.json`` indexes it all; the report's replay section reads it
@@ -213,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         if s.fig5_prompts:
             fig5_prompts(cfg, params, a.labels, files[dev], a.out / dev / FIG5_DIR)
             say(f"replay: Figure 5's prompts under {dev}")
+    from adaspark.analysis.replay import write_figures
+
+    for dev in s.devices:  # Figures 5 and 8 in replay form, one pair per device model
+        write_figures(a.out, dev)
     summary = {"replies_of": s.replies_of, "subset": s.subset, "cap": s.cap,
                "runs": str(a.runs), "labels": str(a.labels), "devices": devices,
                "check": check, "replays": replays, "skipped_arms": skipped,
