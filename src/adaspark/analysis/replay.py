@@ -211,6 +211,29 @@ def fig5_points(replay_dir: Path, device: str) -> pd.DataFrame:
                          "extra_time": j["time_16"] / j["time_8"] - 1.0}).reset_index()
 
 
+FIG5_CELLS = ("extra tokens per round", "extra time per round", "16 rows faster")
+
+
+def _fig5_rows(points: pd.DataFrame, lead: Any) -> list[list[str]]:
+    """Figure 5's points as table rows (``lead(row)`` gives the leading cells), and the
+    medians."""
+    rows = [[*lead(r), f"{r.extra_tokens:+.1%}", f"{r.extra_time:+.1%}",
+             "yes" if r.extra_tokens > r.extra_time else "no"] for r in points.itertuples()]
+    n_lead = len(rows[0]) - 3 if rows else 2
+    rows.append(["median", *[""] * (n_lead - 1), f"{points['extra_tokens'].median():+.1%}",
+                 f"{points['extra_time'].median():+.1%}", ""])
+    return rows
+
+
+def _paper_fig5(paper: str | None) -> str:
+    """What the paper's text says of Figure 5 for ``paper`` (its target), or nothing."""
+    from adaspark.analysis import paper_values
+
+    text = paper_values.paper_figure("fig5")["text"]
+    said = [f"{k.replace('_', ' ')}: {v[paper]:+.1%}" for k, v in text.items() if paper in v]
+    return f" The paper, {paper}: " + "; ".join(said) + "." if said else ""
+
+
 def _paper_rows(name: str, target: str | None) -> tuple[list[str], list[list[str]]] | None:
     from adaspark.analysis import paper_values
 
@@ -325,50 +348,28 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
                                  "this machine's labels).")
         prompts = Path(replay_dir) / dev / "fig5" / "prompts.parquet"
         if prompts.is_file():
-            from adaspark.analysis import paper_values
             from adaspark.analysis.figures.fig5 import marginal_points
 
             mp = marginal_points(pd.read_parquet(prompts))
-            rows = [[f"{r.context:,}", str(r.prompt), f"{r.extra_tokens:+.1%}",
-                     f"{r.extra_time:+.1%}", "yes" if r.extra_tokens > r.extra_time else "no"]
-                    for r in mp.itertuples()]
-            rows.append(["median", "", f"{mp['extra_tokens'].median():+.1%}",
-                         f"{mp['extra_time'].median():+.1%}", ""])
-            text = paper_values.paper_figure("fig5")["text"]
-            said = [f"{k.replace('_', ' ')}: {v[paper]:+.1%}" for k, v in text.items()
-                    if paper in v]
             sec.p("Figure 5 (replay over Figure 5's own prompts): per context and prompt, the "
                   "16-row tree's extra time and extra tokens per round over the 8-row tree's, "
                   "both pinned with n-gram candidates off, each run from empty, as the fig5 "
                   "stage runs them. Above the diagonal (more tokens than time) the wider tree "
-                  "decodes faster."
-                  + (f" The paper, {paper}: " + "; ".join(said) + "." if said else ""))
+                  "decodes faster." + _paper_fig5(paper))
             sec.tables((f"Figure 5 in replay under {dev} (its prompts)",
-                        ["context", "prompt", "extra tokens per round", "extra time per round",
-                         "16 rows faster"], rows))
+                        ["context", "prompt", *FIG5_CELLS],
+                        _fig5_rows(mp, lambda r: [f"{r.context:,}", str(r.prompt)])))
         pts = fig5_points(replay_dir, dev)
         if not pts.empty:
-            from adaspark.analysis import paper_values
-
-            rows = [[f"{r.set}/{r.conversation}/{r.turn}", f"{r.context:,.0f}",
-                     f"{r.extra_tokens:+.1%}", f"{r.extra_time:+.1%}",
-                     "yes" if r.extra_tokens > r.extra_time else "no"]
-                    for r in pts.itertuples()]
-            rows.append(["median", "", f"{pts['extra_tokens'].median():+.1%}",
-                         f"{pts['extra_time'].median():+.1%}", ""])
-            text = paper_values.paper_figure("fig5")["text"]
-            said = [f"{k.replace('_', ' ')}: {v[paper]:+.1%}" for k, v in text.items()
-                    if paper in v]
             sec.p("Figure 5 (replay): what the second eight rows cost and buy, per labelled "
                   "reply (the paper: per target, context and prompt, 256-token runs): the "
                   "16-row tree's extra time and extra tokens per round over the 8-row tree's, "
                   "both pinned with n-gram candidates off, as the fig5 stage runs them. Above "
                   "the diagonal (more tokens than time) the wider tree decodes faster."
-                  + (f" The paper, {paper}: " + "; ".join(said) + "." if said else ""))
-            sec.tables((f"Figure 5 in replay under {dev}", ["reply", "context",
-                                                             "extra tokens per round",
-                                                             "extra time per round",
-                                                             "16 rows faster"], rows))
+                  + _paper_fig5(paper))
+            sec.tables((f"Figure 5 in replay under {dev}", ["reply", "context", *FIG5_CELLS],
+                        _fig5_rows(pts, lambda r: [f"{r.set}/{r.conversation}/{r.turn}",
+                                                   f"{r.context:,.0f}"])))
         # Figure 8 as numbers: the share of AdaSpark's rounds at each width
         ada_dir = Path(replay_dir) / dev / ADASPARK
         if ada_dir.is_dir():

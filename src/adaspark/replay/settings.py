@@ -38,6 +38,19 @@ class ReplaySettings:
     fig5_prompts: bool = False
 
 
+def read_replay_params(path: str) -> tuple[Any, dict[str, Any], ReplaySettings]:
+    """A replay stage's params file: the checked config, the same as a plain dict, and its
+    ``replay`` section."""
+    from omegaconf import OmegaConf
+
+    from adaspark.stages import read_params
+
+    cfg = read_params(path)
+    params = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(params, dict)
+    return cfg, params, replay_settings(params)  # type: ignore[arg-type]
+
+
 def replay_settings(params: dict[str, Any]) -> ReplaySettings:
     raw = params.get("replay")
     if not isinstance(raw, dict):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from adaspark import io
-from adaspark.stages import read_params, stage_main
+from adaspark.stages import stage_main
 
 
 def drafter_arms(cfg: Any, arms: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -91,10 +91,8 @@ def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any) -> dict[st
 
 @stage_main("labels")
 def main(argv: list[str] | None = None) -> int:
-    from omegaconf import OmegaConf
-
     from adaspark.replay.command import Labeller, arm_trace_dir
-    from adaspark.replay.settings import replay_settings
+    from adaspark.replay.settings import read_replay_params
     from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config
 
@@ -103,10 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default="runs/labelled", type=Path)
     ap.add_argument("--out", default="runs/labels", type=Path)
     a = ap.parse_args(argv)
-    cfg = read_params(a.params)
-    params = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(params, dict)
-    settings = replay_settings(params)
+    cfg, params, settings = read_replay_params(a.params)
     traces = read_traces(arm_trace_dir(a.runs, settings.replies_of))
     depth = label_depth(params)
     by_drafter, skipped = drafter_arms(cfg, settings.arms)

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from adaspark import io
-from adaspark.stages import read_params, stage_main
+from adaspark.stages import stage_main
 
 CHECK_DIR = "check"
 #: Figure 5's replays (``OUT/<device>/fig5/w8``, ``w16``): below the arms' own directories.
@@ -126,12 +126,10 @@ def fig5_prompts(cfg: Any, params: dict[str, Any], labels: Path, device: str, ou
 
 @stage_main("replay")
 def main(argv: list[str] | None = None) -> int:
-    from omegaconf import OmegaConf
-
     from adaspark.analysis.replay import screen_summary
     from adaspark.replay.command import replay_arm, survey_device
     from adaspark.replay.device import device_path, load_device
-    from adaspark.replay.settings import CPU_MEASURED, replay_settings
+    from adaspark.replay.settings import CPU_MEASURED, read_replay_params
     from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config, no_drafter_file
     from adaspark.schema import check_arm
@@ -146,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a fast-mode run with round traces (cpu-measured's D and host time)")
     ap.add_argument("--out", default="runs/replay", type=Path)
     a = ap.parse_args(argv)
-    cfg = read_params(a.params)
-    params = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(params, dict)
-    s = replay_settings(params)
+    cfg, params, s = read_replay_params(a.params)
     t0 = time.perf_counter()
 
     def say(m: str) -> None:
