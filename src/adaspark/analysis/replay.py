@@ -101,9 +101,9 @@ def relabel_stand_in(table6: pd.DataFrame) -> pd.DataFrame:
     out = table6.copy()
     out.attrs = dict(table6.attrs)
     if "arm" in out.columns:
-        out["arm"] = out["arm"].replace({
-            base_row(b): f"{b.chain} in replay, standing in for llama.cpp (tok/s)"
-            for b in BLOCKS})
+        names = {base_row(b): f"{b.chain} in replay, standing in for llama.cpp (tok/s)"
+                 for b in BLOCKS}
+        out["arm"] = out["arm"].map(lambda a: names.get(a, a))
     return out
 
 

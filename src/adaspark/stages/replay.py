@@ -36,8 +36,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from adaspark import io
 from adaspark.stages import stage_main
 
@@ -68,7 +66,9 @@ def write_device(path: Path, model: Any) -> Path:
     head = (f"# {model.name}: fitted by the replay stage (adaspark.stages.replay) from this "
             "machine's survey and a run's round trace (`sources` says which); MEASURED here, "
             "not reconstructed.\n")
-    return io.write_text(path, head + yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+    from omegaconf import OmegaConf
+
+    return io.write_text(path, head + OmegaConf.to_yaml(OmegaConf.create(raw)))
 
 
 def device_entry(model: Any, where: str) -> dict[str, Any]:
