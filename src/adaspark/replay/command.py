@@ -227,7 +227,9 @@ class Labeller:
             if label and not self.engine:
                 raise ConfigError(f"the labels in {self.store.dir} do not cover this replay (a "
                                   "prompt has too few positions): rerun the labels stage "
-                                  "(`dvc repro labels`), raising labels.depth")
+                                  "(`dvc repro labels`); it labels "
+                                  "scheduler.ngram_fill.chain_depth_limit + 2 positions past "
+                                  "each reply's block")
             self.say(f"replay: loading the engine ({self.arm.name}'s target and drafter)")
             self.parts = build(self.cfg, self.arm, exact=True)
         return self.parts
