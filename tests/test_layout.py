@@ -7,7 +7,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "adaspark"
 MAX_LINES = 700
-PARTS = ("decoding", "rules", "serving", "runs", "analysis", "testset", "stages", "replay")
+PARTS = ("decoding", "rules", "serving", "runs", "analysis", "testset", "stages", "replay",
+         "training")
 #: The shared modules every part may use.
 TOP_LEVEL = {"__init__.py", "cli.py", "config.py", "io.py", "model_files.py", "paths.py",
              "provenance.py", "registry.py", "schema.py"}

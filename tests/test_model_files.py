@@ -129,3 +129,30 @@ def test_adaspark_models_restores_a_corrupted_derived_file(own_cache):
     assert any("assembling" in m and "again" in m for m in logged)
     _, digest = model_files.verified(TINY_CUT)
     assert digest == model_files.load_manifest()[TINY_CUT].sha256
+
+
+def test_the_projects_own_dspark_drafter_is_committed_and_recorded():
+    """The drafter trained here (issue 15): a manifest entry marked as this project's own, a
+    file name containing dspark, the committed copy in the checkout at most 24 MB with the
+    recorded hash, the target it was trained for, and the run that made it."""
+    import json
+
+    from adaspark import paths
+
+    raw = json.loads(model_files.manifest_path().read_text())
+    own = {k: v for k, v in raw.items() if isinstance(v, dict) and v.get("own_drafter")}
+    assert list(own) == ["dspark-embedded"]
+    e = own["dspark-embedded"]
+    assert "dspark" in e["file"] and e["source"]["kind"] == "checkout"
+    committed = paths.checkout_root() / e["source"]["path"]
+    assert committed.is_file() and committed.stat().st_size == e["bytes"] <= 24 * 10**6
+    assert model_files.sha256_file(committed) == e["sha256"]
+    assert e["for_target"] in raw and e["provenance"]["target_sha256"] == raw[
+        e["for_target"]]["sha256"]
+    assert {"data", "train", "heldout"} <= set(e["provenance"])
+
+
+def test_adaspark_models_copies_the_committed_drafter_into_the_cache(own_cache):
+    path = model_files.assemble("dspark-embedded", log=lambda *_: None)
+    assert path.parent == own_cache and model_files.check_file(
+        model_files.load_manifest()["dspark-embedded"], path)

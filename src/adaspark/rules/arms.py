@@ -76,11 +76,14 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
     drafter = None
     block_positions = drafter_cfg.block_positions
     if rule.uses_drafter:
-        if not drafter_cfg.path and not drafter_cfg.model:
+        key = drafter_key(arm)
+        why = (model_files.not_for_target(str(drafter_cfg.model), cfg.target, key)
+               if drafter_cfg.model and not drafter_cfg.path else None)
+        if why or (not drafter_cfg.path and not drafter_cfg.model):
             target.close()
-            key = drafter_key(arm)
-            raise ConfigError(f"arm {arm.name}: the drafter {drafter_cfg.name} has no file: set "
-                              f"{key}.path=FILE (the drafter's GGUF)"
+            raise ConfigError(f"arm {arm.name}: "
+                              + (why or f"the drafter {drafter_cfg.name} has no file: set "
+                                 f"{key}.path=FILE (the drafter's GGUF)")
                               + ("" if key == "drafter" else
                                  f"; the arm names its own drafter ({key}), so drafter.path "
                                  "does not reach it"))

@@ -123,9 +123,14 @@ def no_drafter_file(cfg: Any, arm: ArmConfig) -> str | None:
     target). Such arms sit in a preset's ``run_arms`` and join it once the file is set."""
     if arm.drafter is None or not arm.speculative:
         return None
-    d = arm_view(cfg, arm).drafter
-    if d.get("path") or d.get("model"):
+    view = arm_view(cfg, arm)
+    d = view.drafter
+    if d.get("path"):
         return None
+    if d.get("model"):
+        from adaspark.model_files import not_for_target
+
+        return not_for_target(str(d["model"]), view.target, drafter_key(arm))
     return (f"arm {arm.name} names the drafter {arm.drafter!r}, whose file is not set "
             f"({drafter_key(arm)}.path is null): set it to a drafter file for this target, "
             f"e.g. `dvc exp run -S {drafter_key(arm)}.path=FILE`")

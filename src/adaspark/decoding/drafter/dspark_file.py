@@ -342,6 +342,10 @@ class DrafterShape:
     confidence_head: bool = True
     mask_token_id: int | None = None  # None: the target's mask, padding or eos token
     sample_from_anchor: bool = True
+    n_ff: int | None = None  # the blocks' FFN width; None: the target's
+
+    def ff_for(self, target: TargetShape) -> int:
+        return int(self.n_ff or target.n_ff)
 
     def layers_for(self, target: TargetShape) -> tuple[int, ...]:
         layers = self.target_layers or default_target_layers(target.n_layer)
@@ -376,6 +380,7 @@ def backbone_shapes(target: TargetShape, shape: DrafterShape) -> dict[str, tuple
     d, hd = target.n_embd, target.n_embd // target.n_head
     kv = hd * target.n_head_kv
     n_in = len(shape.layers_for(target)) * d
+    ff = shape.ff_for(target)
     out: dict[str, tuple[int, ...]] = {
         "fc.weight": (d, n_in), "enc.output_norm.weight": (d,), "output_norm.weight": (d,)}
     for i in range(shape.n_layers):
@@ -384,8 +389,8 @@ def backbone_shapes(target: TargetShape, shape: DrafterShape) -> dict[str, tuple
                 b + "attn_k.weight": (kv, d), b + "attn_v.weight": (kv, d),
                 b + "attn_output.weight": (d, hd * target.n_head),
                 b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,),
-                b + "ffn_norm.weight": (d,), b + "ffn_gate.weight": (target.n_ff, d),
-                b + "ffn_up.weight": (target.n_ff, d), b + "ffn_down.weight": (d, target.n_ff)}
+                b + "ffn_norm.weight": (d,), b + "ffn_gate.weight": (ff, d),
+                b + "ffn_up.weight": (ff, d), b + "ffn_down.weight": (d, ff)}
     return out
 
 
@@ -511,9 +516,13 @@ def oracle_tensors(target: TargetShape, shape: DrafterShape, table: SuccessorTab
 
 def write_dflash_gguf(out: str | Path, target: TargetShape, shape: DrafterShape,
                       tensors: Mapping[str, np.ndarray], *, name: str,
-                      extra: Mapping[str, Any] | None = None) -> Path:
-    """Write a ``dflash`` GGUF: the drafter's hyperparameters (hidden size, heads and FFN width
-    of the target), the DSpark keys, the target's ``tokenizer.*`` keys and ``tensors`` (F32)."""
+                      extra: Mapping[str, Any] | None = None,
+                      types: Mapping[str, str] | None = None) -> Path:
+    """Write a ``dflash`` GGUF: the drafter's hyperparameters (hidden size and heads of the
+    target, its own FFN width), the DSpark keys, the target's ``tokenizer.*`` keys and
+    ``tensors``: F32, except an int64 array (``d2t``, written as I64) and the tensors that
+    ``types`` names a ggml type for (``"F16"``, ``"Q8_0"``, ``"Q4_0"``: quantized with the
+    ``gguf`` package)."""
     import gguf
 
     out = Path(out)
@@ -526,11 +535,16 @@ def write_dflash_gguf(out: str | Path, target: TargetShape, shape: DrafterShape,
         w = gguf.GGUFWriter(tmp, arch=ARCH)
         w.add_name(name)
         w.add_type("model")
-        w.add_uint32(gguf.Keys.General.FILE_TYPE, 0)  # all F32
+        qtypes = {n: gguf.GGMLQuantizationType[t] for n, t in (types or {}).items()}
+        ftype = {"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+                 "F16": gguf.LlamaFileType.MOSTLY_F16}
+        vals = list((types or {}).values())
+        main = max(sorted(set(vals)), key=vals.count) if vals else "F32"
+        w.add_uint32(gguf.Keys.General.FILE_TYPE, int(ftype.get(main, 0)))
         w.add_uint32(f"{ARCH}.context_length", target.n_ctx_train)
         w.add_uint32(KEY_EMBEDDING, target.n_embd)
         w.add_uint32(KEY_BLOCK_COUNT, shape.n_layers)
-        w.add_uint32(f"{ARCH}.feed_forward_length", target.n_ff)
+        w.add_uint32(f"{ARCH}.feed_forward_length", shape.ff_for(target))
         w.add_uint32(f"{ARCH}.attention.head_count", target.n_head)
         w.add_uint32(f"{ARCH}.attention.head_count_kv", target.n_head_kv)
         w.add_float32(f"{ARCH}.attention.layer_norm_rms_epsilon", target.rms_eps)
@@ -552,7 +566,14 @@ def write_dflash_gguf(out: str | Path, target: TargetShape, shape: DrafterShape,
             else:
                 w.add_int32(k, int(v))
         for n, arr in tensors.items():
-            w.add_tensor(n, np.ascontiguousarray(arr, dtype=np.float32))
+            if np.asarray(arr).dtype == np.int64:
+                w.add_tensor(n, np.ascontiguousarray(arr))
+            elif n in qtypes and qtypes[n] != gguf.GGMLQuantizationType.F32:
+                a = np.ascontiguousarray(arr, dtype=np.float32)
+                w.add_tensor(n, gguf.quants.quantize(a, qtypes[n]),
+                             raw_dtype=qtypes[n])
+            else:
+                w.add_tensor(n, np.ascontiguousarray(arr, dtype=np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()

@@ -1,0 +1,230 @@
+"""The drafter pipeline (issue 15) on the real tiny model: capture, train, export, and the
+exported GGUF drafting in our engine exactly what the PyTorch module computes; a training killed
+midway resumes to the same weights as an unbroken one; the pure parts on known answers.
+
+Needs the optional ``train`` group (``ADASPARK_EXTRAS=train bash scripts/setup.sh``; CI installs
+it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import REPO
+
+torch = pytest.importorskip("torch", reason="the drafter pipeline needs the train group")
+
+from adaspark.training import corpus  # noqa: E402
+from adaspark.training.loss import block_loss, block_targets  # noqa: E402
+from adaspark.training.model import rope_neox  # noqa: E402
+from adaspark.training.train import draft_vocabulary, target_to_draft  # noqa: E402
+
+TINY_LAYERS = [2, 15, 28]
+SMALL = [
+    "drafter_data.stdlib_chars=6000", "drafter_data.n_prompts=4", "drafter_data.reply_tokens=24",
+    "drafter_data.parallel=3", "drafter_data.window=128", "drafter_data.n_ctx=2048",
+    f"drafter_data.layers=[{','.join(map(str, TINY_LAYERS))}]",
+    "drafter_train.n_ff=256", "drafter_train.draft_vocab=512", "drafter_train.markov_rank=32",
+    "drafter_train.windows_per_step=2", "drafter_train.window=128", "drafter_train.warmup=2",
+    "drafter_train.checkpoint_every=2", "drafter_train.eval_every=3", "drafter_train.heldout=0.25",
+    "drafter_export.quant=Q8_0", "drafter_export.name=tiny-dspark",
+]
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+
+
+def test_block_targets_count_a_row_only_while_the_text_follows_the_argmax():
+    tokens = np.array([5, 6, 7, 9, 10, 11])
+    labels = np.array([6, 7, 8, 10, 11, 12])  # argmax predicts the next token, except at 2
+    lab, ok = block_targets(tokens, labels, np.array([0, 2, 4]), 3)
+    assert lab.tolist() == [[6, 7, 8], [8, 10, 11], [11, 12, 0]]
+    # anchor 0: rows 1, 2 need tokens[1] == labels[0] (yes) and tokens[2] == labels[1] (yes)
+    # anchor 2: row 1 needs tokens[3] == labels[2] (9 != 8): rows 1, 2 are not greedy
+    # anchor 4: row 2 is past the text
+    assert ok.tolist() == [[True, True, True], [True, False, False], [True, True, False]]
+
+
+def test_block_loss_acceptance_counts_the_run_of_right_picks():
+    logits = torch.full((2, 3, 4), -5.0)
+    for n, picks in enumerate([[1, 2, 3], [1, 0, 3]]):
+        for i, p in enumerate(picks):
+            logits[n, i, p] = 5.0
+    labels = torch.tensor([[1, 2, 3], [1, 2, 3]])
+    r = block_loss(logits, torch.zeros(2, 3), labels, torch.ones(2, 3, dtype=torch.bool),
+                   gamma=4.0, conf_weight=0.5)
+    assert r.accept_len == pytest.approx(1 + (3 + 1) / 2)
+    assert r.alive.tolist() == [2, 2, 1]  # row 2 of block 1 follows a wrong pick
+    assert r.correct.tolist() == [2, 1, 1]
+
+
+def test_draft_vocabulary_is_the_most_frequent_labels_ties_by_id():
+    from adaspark.training.capture import Captured
+
+    c = Captured(np.zeros(6, np.int32), np.array([3, 3, 1, 1, 2, 0], np.int32),
+                 np.zeros((6, 1), np.float16), anchor_from=0)
+    d2t = draft_vocabulary([c], 3, 5)
+    assert d2t.tolist() == [1, 3, 0]
+    assert target_to_draft(d2t, 5).tolist() == [2, 0, -1, 1, -1]
+
+
+def test_rope_scores_depend_only_on_the_distance():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 8, generator=g), torch.randn(1, 1, 8, generator=g)
+    s = [float((rope_neox(q, torch.tensor([p + 3]), 1e4) * rope_neox(k, torch.tensor([p]), 1e4))
+               .sum()) for p in (0, 17)]
+    assert s[0] == pytest.approx(s[1], abs=1e-5)
+
+
+def test_overlap_report_finds_a_planted_50_character_span():
+    row = "x" * 10 + "the quick brown fox jumps over the lazy dog and keeps running" + "y"
+    forbidden = corpus.forbidden_spans([row])
+    clean = corpus.Document("a", "stdlib", "nothing of that sentence is here, only other words")
+    hit = corpus.Document("b", "stdlib", "prefix the quick brown fox jumps over the lazy dog and "
+                                         "keeps running suffix")
+    # the shared sentence has 61 characters: 61 - 50 + 1 spans of 50
+    assert corpus.overlap_report([clean, hit], forbidden) == {"b": 12}
+
+
+def test_the_training_text_shares_no_span_with_the_test_set():
+    forbidden = corpus.forbidden_spans(corpus.test_set_rows(REPO / "data"))
+    assert len(forbidden) > 100_000  # all six sources were read
+    docs = corpus.prompts(60, seed=0) + corpus.stdlib_documents(40_000, seed=0)
+    assert corpus.overlap_report(docs, forbidden) == {}
+
+
+def test_the_default_and_smoke_pipelines_plan_no_drafter_stage():
+    import yaml
+
+    main = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    train = yaml.safe_load((REPO / "train" / "dvc.yaml").read_text())["stages"]
+    assert set(train) == {"drafter-data", "drafter-train", "drafter-export"}
+    assert not set(train) & set(main)
+    out = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Running stage 'run@" in out.stdout  # the plan lists the default stages ...
+    assert "drafter-" not in out.stdout  # ... and none of the drafter pipeline's
+
+
+# -- the chain on the tiny model ----------------------------------------------------------------
+
+
+def _stage(*args: str, cache: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
+    env |= {"PYTHONPATH": str(REPO / "src"), "ADASPARK_CACHE": str(cache)}
+    # the model files stay where the session's are: ADASPARK_MODELS is not touched
+    return subprocess.run([sys.executable, "-m", "adaspark.stages.drafter", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, tiny_path):
+    """data -> train (once whole, once killed after step 3 and rerun) -> export."""
+    d = tmp_path_factory.mktemp("drafter")
+    params = ["--params", str(REPO / "train" / "params.yaml")]
+    over = [f"target={tiny_path}", *SMALL, "drafter_train.steps=6", "drafter_train.threads=1"]
+    r = _stage("data", *params, "--out", str(d / "data"), *over, cache=d / "cache")
+    assert r.returncode == 0, r.stderr[-3000:]
+    logs = {}
+    for name, halt in (("whole", None), ("killed", 3)):
+        train = ["train", *params, "--data", str(d / "data"), "--out", str(d / name)]
+        if halt is not None:
+            r = _stage(*train, "--halt-after", str(halt), *over, cache=d / name / "cache")
+            assert r.returncode == 137, r.stderr[-3000:]
+            assert not (d / name / "weights.pt").exists()
+        r = _stage(*train, *over, cache=d / name / "cache")
+        assert r.returncode == 0, r.stderr[-3000:]
+        logs[name] = r.stderr
+    r = _stage("export", *params, "--train", str(d / "whole"), "--out", str(d / "export"),
+               *over, cache=d / "cache")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return d, logs
+
+
+def test_data_stage_records_its_sources_and_the_overlap_check(chain):
+    d, _ = chain
+    m = json.loads((d / "data" / "manifest.json").read_text())
+    kinds = {e["kind"] for e in m["docs"]}
+    assert kinds == {"reply", "stdlib"}
+    assert m["overlap"]["test_set_spans"] > 100_000
+    assert m["tokens"]["reply"] > 0 and m["layers"] == TINY_LAYERS
+    from adaspark.training.data import load_captured
+
+    c = load_captured(d / "data" / "docs" / f"{m['docs'][0]['key']}.npz")
+    assert c.feats.shape == (len(c), 3 * 576) and c.anchor_from > 1  # a reply: past its prompt
+    assert np.isfinite(c.feats.astype(np.float32)).all() and np.abs(c.feats).max() > 0
+
+
+def test_a_killed_training_resumes_to_the_weights_of_an_unbroken_one(chain):
+    d, runs = chain
+    assert "resumed from" in runs["killed"] and "at step 2/6" in runs["killed"]
+    a = torch.load(d / "whole" / "weights.pt", weights_only=False)["model"]
+    b = torch.load(d / "killed" / "weights.pt", weights_only=False)["model"]
+    assert set(a) == set(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    m = json.loads((d / "whole" / "metrics.json").read_text())
+    assert len(m["curve"]) == 6 and "heldout" in m["curve"][2]
+
+
+def test_the_exported_file_drafts_in_our_engine_what_the_module_computes(chain, tiny_path):
+    """The GGUF (F16 and Q8_0) in our DSpark drafter against the PyTorch module on the same
+    features: the same picks, and the same probabilities and confidences (F16 within rounding)."""
+    from adaspark.decoding.drafter.dspark import DSparkDrafter
+    from adaspark.decoding.drafter.dspark_file import read_dspark_file, read_target
+    from adaspark.decoding.engine import Model, Target
+    from adaspark.stages.drafter import target_tensors
+    from adaspark.training.capture import capture, enable_capture
+    from adaspark.training.model import DrafterDims, DSparkNet
+
+    d, _ = chain
+    rec = json.loads((d / "export" / "export.json").read_text())
+    w = torch.load(d / "whole" / "weights.pt", weights_only=False)
+    emb, _ = target_tensors(tiny_path)
+    net = DSparkNet(DrafterDims(**w["dims"]), emb)
+    net.load_state_dict(w["model"], strict=False)
+    prompt = Model(tiny_path, 512, exact=True, n_seq_max=1)
+    toks = prompt.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.",
+                           add_special=False, parse_special=False)
+    enable_capture(prompt, TINY_LAYERS)
+    feats = capture(prompt, toks[:-1], TINY_LAYERS, anchor_from=1).feats
+    prompt.close()
+    B = w["dims"]["block"]
+    with torch.no_grad():
+        ctx = net.context_kv(torch.from_numpy(feats.astype(np.float32)))
+        h = net.hidden(ctx, torch.tensor([len(toks) - 1]), torch.tensor([toks[-1]]),
+                       int(w["mask_token"]))[0]
+        prev, picks, probs, confs = toks[-1], [], [], []
+        d2t = torch.from_numpy(w["d2t"])
+        for i in range(B):
+            lg = net.logits(h[i], torch.tensor(prev))
+            p = torch.softmax(lg, -1)
+            j = int(lg.argmax())
+            picks.append(int(d2t[j]))
+            probs.append(float(p[j]))
+            confs.append(float(torch.sigmoid(net.confidence_logit(h[i], torch.tensor(prev)))))
+            prev = int(d2t[j])
+    for label, tol in (("f16", 5e-3), ("quant", 5e-2)):
+        path = d / "export" / rec["files"][label]["file"]
+        info = read_dspark_file(path)
+        assert info.block_size == B and info.d2t is not None and info.own_output
+        assert info.kind == "trained" and info.target_layers == tuple(TINY_LAYERS)
+        assert read_target(tiny_path).n_vocab == info.n_vocab
+        target = Target(tiny_path, 512, exact=True)
+        drafter = DSparkDrafter(path, 512, exact=True, target=target)
+        try:
+            target.prefill(toks)
+            drafter.begin(toks)
+            blk = drafter.draft(list(toks), B)
+        finally:
+            drafter.close()
+            target.close()
+        assert blk.tokens[:, 0].tolist() == picks, label
+        assert np.allclose(blk.probs[:, 0], probs, atol=tol), label
+        assert np.allclose(blk.confidence, confs, atol=tol), label
