@@ -128,7 +128,7 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
 
 def test_a_rerun_has_nothing_to_do_and_a_changed_constant_reruns_only_its_stages(repro):
     copy, _ = repro
-    status = _run(["dvc", "status"], copy)
+    status = _run(["dvc", "status", "dvc.yaml"], copy)
     assert status.returncode == 0, status.stderr
     assert "up to date" in status.stdout, status.stdout
 
@@ -136,7 +136,7 @@ def test_a_rerun_has_nothing_to_do_and_a_changed_constant_reruns_only_its_stages
     params.tables.n_resamples = 500  # read by tables, figures and report only
     OmegaConf.save(params, copy / "params.yaml")
     try:
-        status = _run(["dvc", "status"], copy)
+        status = _run(["dvc", "status", "dvc.yaml"], copy)
         changed = {line.rstrip(":").strip() for line in status.stdout.splitlines()
                    if line and not line.startswith((" ", "\t"))}
         assert changed == {"tables", "figures", "report"}, status.stdout
