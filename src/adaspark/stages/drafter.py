@@ -17,7 +17,6 @@ provenance in ``data/models.json`` (the copy a fresh clone uses: DVC's outputs a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -157,6 +156,7 @@ def cmd_train(raw: dict[str, Any], data: Path, out: Path, halt_after: int | None
 
 
 def cmd_export(raw: dict[str, Any], train_dir: Path, out: Path) -> int:
+    from adaspark.model_files import sha256_file
     from adaspark.training.export import export
 
     e = raw["drafter_export"]
@@ -164,7 +164,7 @@ def cmd_export(raw: dict[str, Any], train_dir: Path, out: Path) -> int:
     metrics = json.loads((train_dir / "metrics.json").read_text(encoding="utf-8"))
     data_manifest = train_dir.parent / "data" / "manifest.json"
     prov = {"target": str(raw["target"]), "target_sha256": sha,
-            "data_manifest_sha256": hashlib.sha256(data_manifest.read_bytes()).hexdigest()
+            "data_manifest_sha256": sha256_file(data_manifest)
             if data_manifest.is_file() else None,
             "data": raw["drafter_data"], "train": raw["drafter_train"],
             "heldout": metrics.get("heldout"), "train_seconds": metrics.get("seconds"),

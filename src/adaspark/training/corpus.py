@@ -191,7 +191,9 @@ def prompts(n: int, seed: int, root: Path | None = None) -> list[Document]:
     import sys
 
     modules = sorted(m for m in sys.stdlib_module_names if not m.startswith("_"))
-    docs = docstrings(33, seed, root)  # fixed: prompts(n) is a prefix of prompts(n + k)
+    # A fixed count (33: the first capture's), so prompts(n) is a prefix of prompts(n + k)
+    # and the replies already made stay keyed to their prompts.
+    docs = docstrings(33, seed, root)
     out: list[str] = []
     makers = [
         lambda: rng.choice(_TASKS).format(x=rng.choice(_ACTIONS), y=rng.choice(_SQL)),

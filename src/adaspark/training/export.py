@@ -10,7 +10,6 @@ sha256) in the file's own ``adaspark.dspark.*`` keys and in ``export.json``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from adaspark.decoding.drafter.dspark_file import (
     write_dflash_gguf,
 )
 from adaspark.io import write_json
+from adaspark.model_files import sha256_file
 
 KIND = "trained"
 KEY_PROVENANCE = "adaspark.dspark.provenance"
@@ -94,7 +94,7 @@ def export(weights: Path, target_path: Path, out_dir: Path, *, name: str, quant:
         write_dflash_gguf(path, target, shape, ts, name=f"adaspark trained DSpark for "
                           f"{target.path.stem}", extra=extra, types=tensor_types(ts, q))
         files[label] = {"file": path.name, "bytes": path.stat().st_size,
-                        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "type": q,
+                        "sha256": sha256_file(path), "type": q,
                         "draft_vocab": int(ts["d2t"].shape[0])}
     record = {"name": name, "files": files, "dims": dims, "target_layers": list(target_layers),
               "provenance": provenance}
