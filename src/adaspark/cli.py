@@ -3,7 +3,9 @@
 Commands: ``generate`` (decode one prompt with an arm), ``models`` (assemble and check the model
 files of ``data/models.json``), ``serve``, ``run``, ``dspark-file`` (write a DSpark drafter GGUF
 for a target: random or oracle weights), ``replay`` (an arm's width rule over a run's
-labelled replies, priced by a device model) and ``config`` (print the composed config).
+labelled replies, priced by a device model), ``device-shape`` and ``device-source`` (what
+``scripts/device_profile.sh`` needs to profile a device) and ``config`` (print the composed
+config).
 Every command checks its composed config against :mod:`adaspark.schema` before it runs: a bad
 value exits 2 with the key, the value and what is allowed; any other failure exits 1.
 """
@@ -72,6 +74,22 @@ def cmd_dspark_file(args: list[str]) -> int:
     from adaspark.decoding.drafter.dspark_file import cli_main
 
     return cli_main(args)
+
+
+@command("device-shape")
+def cmd_device_shape(args: list[str]) -> int:
+    """Write a GGUF's shape file for scripts/device_profile.sh (model=KEY|FILE out=FILE.json)."""
+    from adaspark.replay.profile import cli_shape
+
+    return cli_shape(args)
+
+
+@command("device-source")
+def cmd_device_source(args: list[str]) -> int:
+    """Pack the built llama.cpp source for scripts/device_profile.sh (out=FILE.tar.gz)."""
+    from adaspark.replay.profile import cli_source
+
+    return cli_source(args)
 
 
 @command("config")

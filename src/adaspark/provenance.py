@@ -62,14 +62,18 @@ def code_fingerprint(package: Path | None = None) -> str:
 
 def llama_build() -> dict[str, Any]:
     """The llama.cpp build in use: commit, the patches applied to the vendored source
-    (``scripts/llama-patches/``, name -> sha256), library and llama-server checksums."""
+    (``scripts/llama-patches/``, name -> sha256), its backend (``cpu``, ``cuda``, ``metal``) and
+    CUDA architectures, library and llama-server checksums."""
     info = dict(paths.build_info())
     import llama_cpp
 
     lib = Path(llama_cpp.__file__).parent / "lib" / "libllama.so"
     out: dict[str, Any] = {"llama_cpp_python": llama_cpp.__version__,
                            "llama_cpp_commit": info.get("llama_commit"),
-                           "llama_patches": info.get("patches", {})}
+                           "llama_patches": info.get("patches", {}),
+                           # a build recorded before backends were is a CPU build
+                           "backend": info.get("backend") or "cpu",
+                           "cuda_architectures": info.get("cuda_architectures")}
     if lib.exists():
         out["libllama_sha256"] = recorded_sha256(str(lib.resolve()))
     server = info.get("llama_server")

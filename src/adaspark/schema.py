@@ -254,6 +254,9 @@ class TargetConfig:
     n_ctx: int = spec(min=MIN_N_CTX)
     model: str | None = None
     path: str | None = None
+    #: layers offloaded to the GPU (null: all on a GPU build, none on a CPU build; -1: all);
+    #: :func:`adaspark.decoding.backend.gpu_layers`
+    n_gpu_layers: int | None = spec(min=-1, default=None)
 
 
 @dataclass(frozen=True)
@@ -268,6 +271,7 @@ class DrafterConfig:
     block_positions: int | None = spec(min=1, default=None)
     model: str | None = None
     path: str | None = None
+    n_gpu_layers: int | None = spec(min=-1, default=None)  # as TargetConfig.n_gpu_layers
 
 
 @dataclass(frozen=True)
@@ -560,5 +564,9 @@ def validate(cfg: Any, *, command: str) -> None:
             raise ConfigError(f"run.groups.{g} names the arm {a!r}, which is not under `arms:` "
                               f"(it has {sorted(arms)}): fix the name, or compose the arm with "
                               f"`- arm@arms.{a}: {a}` in conf/config.yaml's defaults")
+    if "launcher" in raw and command in ("run", "config", "stage"):
+        from adaspark.runs.cluster import LauncherSettings
+
+        LauncherSettings.from_config(raw)
     if raw.get("tables") is not None:
         check_group(TablesOptions, raw["tables"], "tables", extra="refuse", partial=True)

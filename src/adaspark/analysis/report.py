@@ -127,6 +127,22 @@ def arms_overview(replies: pd.DataFrame, options: Options,
     return frame
 
 
+def sharding_note(replies: pd.DataFrame) -> str | None:
+    """The label of results spread over machines (issue 16, ``launcher=ray``): which arms'
+    replies came from more than one node, and what that means for the learners."""
+    if "node" not in replies.columns:
+        return None
+    nodes = replies.dropna(subset=["node"]).groupby("arm")["node"].nunique()
+    spread = {str(a): int(n) for a, n in nodes.items() if n > 1}
+    if not spread:
+        return None
+    return ("SHARDED over a cluster: " + ", ".join(f"{a} ({n} nodes)" for a, n in spread.items())
+            + ". Each node ran its shard of the conversations (launcher.shard=conversations), "
+            "so each node's AdaSpark learned from its own shard only, not from the whole subset "
+            "in the paper's order; launcher.shard=arms keeps the paper's order. Replies are "
+            "paired only within one hardware fingerprint.")
+
+
 # ---------------------------------------------------------------------------------------------
 # Assembling
 
@@ -415,6 +431,9 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
               "report it: llama-server's arms; 0 for our arms without a drafter). "
               "adaspark-w1 is the extension arm that may choose width 1 (plain decode).")
         ext.tables(("Arms", *_frame_cells(ov)))
+        note = sharding_note(replies)
+        if note:
+            ext.p(note)
     except FileNotFoundError as e:
         ext.p(str(e))
     sections.append(ext)

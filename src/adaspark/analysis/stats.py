@@ -345,6 +345,33 @@ def count_looped(df: pd.DataFrame, arms: Sequence[str]) -> int:
 # Comparisons
 
 
+def reply_hardware(df: pd.DataFrame, arm: str) -> pd.Series:
+    """Per reply of ``arm`` (indexed as :func:`arm_speeds`), the hardware fingerprints of the
+    machines that made it, sorted and joined by ``+`` (empty where the rows have none)."""
+    rows = df[df["arm"] == arm]
+    if "hardware" not in rows.columns:
+        return pd.Series("", index=arm_speeds(df, arm).index, dtype=object)
+    hw = rows["hardware"].fillna("").astype(str)
+    return hw.groupby([rows[c] for c in KEY_COLUMNS]).agg(
+        lambda v: "+".join(sorted(set(v) - {""})))
+
+
+def check_same_hardware(df: pd.DataFrame, arm_a: str, arm_b: str, index: pd.Index) -> None:
+    """Refuse pairs of replies made on machines of two hardware fingerprints (timings are not
+    comparable across machines); rows without a fingerprint (older files) pass."""
+    a = reply_hardware(df, arm_a).reindex(index).fillna("")
+    b = reply_hardware(df, arm_b).reindex(index).fillna("")
+    bad = (a != b) & (a != "") & (b != "")
+    if bad.any():
+        first = index[bad.to_numpy()][0]
+        raise StatsInputError(
+            f"arms {arm_a!r} and {arm_b!r}: {int(bad.sum())} of {len(index)} paired replies were "
+            f"made on machines of different hardware fingerprints (first: {first}, "
+            f"{a[first]} against {b[first]}), whose timings do not compare. Run both arms on one "
+            "kind of machine (launcher.shard=conversations keeps a reply's arms on one node), or "
+            "pass cross_hardware=True to pair across them anyway")
+
+
 def _paired(df: pd.DataFrame, arm_a: str, arm_b: str) -> tuple[pd.DataFrame, int]:
     """Replies both arms served, side by side, and how many only one arm served."""
     if arm_a == arm_b:
@@ -476,11 +503,14 @@ def _compare(
     context_split_tokens: int,
     resample_unit: Literal["conversation", "reply"],
     method: BootstrapMethod,
+    cross_hardware: bool = False,
 ) -> Comparison | dict[Hashable, Comparison]:
     seed = check_int(seed, "seed", minimum=0)
     n_resamples = check_int(n_resamples, "n_resamples", minimum=1)
     method = check_method(method)
     pairs, n_unpaired = _paired(df, arm_a, arm_b)
+    if not cross_hardware:
+        check_same_hardware(df, arm_a, arm_b, pairs.index)
     options: dict[str, Any] = {
         "arm_a": arm_a,
         "arm_b": arm_b,
@@ -513,6 +543,7 @@ def compare(
     context_arm: str | None = ...,
     context_split_tokens: int = ...,
     method: BootstrapMethod = ...,
+    cross_hardware: bool = ...,
 ) -> Comparison: ...
 
 
@@ -529,6 +560,7 @@ def compare(
     context_arm: str | None = ...,
     context_split_tokens: int = ...,
     method: BootstrapMethod = ...,
+    cross_hardware: bool = ...,
 ) -> dict[Hashable, Comparison]: ...
 
 
@@ -544,6 +576,7 @@ def compare(
     context_arm: str | None = None,
     context_split_tokens: int = DEFAULT_CONTEXT_SPLIT_TOKENS,
     method: BootstrapMethod = DEFAULT_BOOTSTRAP_METHOD,
+    cross_hardware: bool = False,
 ) -> Comparison | dict[Hashable, Comparison]:
     """Arm A over arm B as the paper compares arms (§4.1; Tables 3-6, 8, 9; Figure 6).
 
@@ -561,11 +594,16 @@ def compare(
     context of ``context_arm`` or, by default, the mean of both arms') or another key column
     gives a dict from group label to :class:`Comparison`, each group bootstrapped over its own
     conversations; a group left empty by exclusions has NaN ratio and interval.
+
+    Replies are paired within one hardware fingerprint (the rows' ``hardware`` column,
+    :mod:`adaspark.runs.hardware`): a pair whose two replies came from machines of two
+    fingerprints is refused (:class:`StatsInputError`) unless ``cross_hardware=True``.
     """
     return _compare(
         df,
         arm_a,
         arm_b,
+        cross_hardware=cross_hardware,
         seed=seed,
         n_resamples=n_resamples,
         by=by,

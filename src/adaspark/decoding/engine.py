@@ -70,6 +70,10 @@ def set_kernel_mode(exact: bool) -> str:
     """Fix this process's kernel mode before the first matmul; refuse to switch it later."""
     global _PROCESS_MODE
     mode = "exact" if exact else "fast"
+    if exact:
+        from adaspark.decoding.backend import build_backend, check_exact
+
+        check_exact(True, build_backend())
     with _LOCK:
         if _PROCESS_MODE is None:
             env = os.environ.get("GGML_CPU_TILED_MM")
@@ -202,15 +206,19 @@ def context_record(cp, mp, *, exact: bool, n_ctx_asked: int) -> dict[str, object
             "cache_type_v": types.get(int(cp.type_v), str(cp.type_v)),
             "n_seq_max": int(cp.n_seq_max), "kv_unified": bool(cp.kv_unified),
             "load_mode": load.get(int(mp.load_mode), str(mp.load_mode)),
-            "repack": bool(mp.use_extra_bufts), "tiled_mm": not exact}
+            "repack": bool(mp.use_extra_bufts), "tiled_mm": not exact,
+            "n_gpu_layers": int(mp.n_gpu_layers)}
 
 
-def load_gguf(path: Path, *, exact: bool, what: str = "") -> tuple[ctypes.c_void_p, object]:
-    """llama.cpp's model for ``path`` on the CPU (exact mode without repacked weights) and the
-    parameters it was loaded with; ``what`` names the file in the error (e.g. "the drafter ")."""
+def load_gguf(path: Path, *, exact: bool, what: str = "",
+              n_gpu_layers: int = 0) -> tuple[ctypes.c_void_p, object]:
+    """llama.cpp's model for ``path`` (exact mode without repacked weights) with
+    ``n_gpu_layers`` layers offloaded (0: on the CPU; -1: every layer;
+    :func:`adaspark.decoding.backend.gpu_layers` resolves the config's value) and the parameters
+    it was loaded with; ``what`` names the file in the error (e.g. "the drafter ")."""
     ll = _llama()
     mp = ll.llama_model_default_params()
-    mp.n_gpu_layers = 0
+    mp.n_gpu_layers = n_gpu_layers
     if exact:
         mp.use_extra_bufts = False
     model = ll.llama_model_load_from_file(str(path).encode(), mp)
@@ -271,6 +279,7 @@ class Model:
         n_seq_max: int = 64,
         n_batch: int = 512,
         kv_unified: bool = True,
+        n_gpu_layers: int = 0,
     ) -> None:
         path = Path(path)
         if not path.is_file():
@@ -283,7 +292,7 @@ class Model:
         self.path = path
         self.exact = exact
         self.n_batch = n_batch
-        self.model, mp = load_gguf(path, exact=exact)
+        self.model, mp = load_gguf(path, exact=exact, n_gpu_layers=n_gpu_layers)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
         cp = context_params(n_ctx, n_batch, n_seq_max=n_seq_max, exact=exact, threads=threads,
@@ -474,7 +483,7 @@ class Target(Model):
     """
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, threads: int | None = None,
-                 prefill_chunk: int | None = None, plain: bool = False):
+                 prefill_chunk: int | None = None, plain: bool = False, n_gpu_layers: int = 0):
         if plain and exact:
             raise EngineError("a plain-decode target is a fast-mode context; exact mode keeps "
                               "its one context layout for every arm (pass plain=False)")
@@ -484,7 +493,8 @@ class Target(Model):
         # of a busy 2-core machine (0.91-1.04 per token at 3k tokens of context, tiny model,
         # interleaved): `benchmarks/plain_context.py` measures it (issue 12).
         super().__init__(path, n_ctx, exact=exact, threads=threads,
-                         n_seq_max=1 if plain else 64, kv_unified=not plain)
+                         n_seq_max=1 if plain else 64, kv_unified=not plain,
+                         n_gpu_layers=n_gpu_layers)
         self.max_rows = 1 if plain else MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
         if self.n_batch < self.max_rows:
             self.close()

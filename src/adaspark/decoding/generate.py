@@ -70,7 +70,9 @@ def check_fits(n_prompt: int, n_ctx: int, key: str) -> None:
 
 
 def run_generate(cfg: DictConfig) -> dict[str, Any]:
-    exact = True if cfg.exact is None else bool(cfg.exact)
+    from adaspark.decoding.backend import build_backend, default_exact
+
+    exact = default_exact(build_backend()) if cfg.exact is None else bool(cfg.exact)
     parts = arms.build(cfg, check_arm(cfg.arm, "arm"), exact=exact)
     try:
         target = parts.target

@@ -179,6 +179,21 @@ def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestT
     return out
 
 
+def check_labelling_backend(backend: str | None = None) -> None:
+    """Refuse to label on a GPU build: labels are made in exact mode
+    (:mod:`adaspark.replay.labels`), whose bit-identity is a CPU property
+    (:func:`adaspark.decoding.backend.check_exact`). Replaying labels made elsewhere needs no
+    engine and runs on any build."""
+    from adaspark.decoding.backend import BackendError, build_backend, is_gpu
+
+    backend = backend or build_backend()
+    if is_gpu(backend):
+        raise BackendError(
+            f"replay's labels are made in exact mode, which needs a CPU build of llama.cpp; this "
+            f"one runs on {backend}. Make the labels on a CPU build (the labels stage, or "
+            "`adaspark replay` there), then replay them here: pricing labels needs no engine")
+
+
 class Labeller:
     """An arm's labels over a run's replies, from the label store or made on the engine.
 
@@ -230,6 +245,7 @@ class Labeller:
                                   "(`dvc repro labels`); it labels "
                                   "scheduler.ngram_fill.chain_depth_limit + 2 positions past "
                                   "each reply's block")
+            check_labelling_backend()
             self.say(f"replay: loading the engine ({self.arm.name}'s target and drafter)")
             self.parts = build(self.cfg, self.arm, exact=True)
         return self.parts

@@ -13,6 +13,7 @@ from typing import Any
 
 from adaspark import model_files
 from adaspark.config import ConfigError
+from adaspark.decoding.backend import configured_gpu_layers
 from adaspark.decoding.drafter.base import Drafter, make_drafter
 from adaspark.decoding.engine import Target
 from adaspark.rules.base import WidthRule, rule_class
@@ -71,7 +72,8 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
     # A rule without a drafter verifies one row: plain decode, on llama-server's context
     # settings in fast mode (Target, "Plain decode").
     target = Target(tpath, target_cfg.n_ctx, exact=exact, threads=threads,
-                    plain=not rule.uses_drafter and not exact)
+                    plain=not rule.uses_drafter and not exact,
+                    n_gpu_layers=configured_gpu_layers(target_cfg, "target"))
     models = {"target": {"path": str(tpath), "sha256": tsha}}
     drafter = None
     block_positions = drafter_cfg.block_positions
@@ -92,6 +94,7 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
             drafter = make_drafter(
                 drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
                 top_k=drafter_cfg.candidates_per_position, threads=threads, target=target,
+                n_gpu_layers=configured_gpu_layers(drafter_cfg, key),
             )
         except Exception:
             target.close()

@@ -18,9 +18,10 @@ from adaspark.schema import ArmConfig, arm_view
 
 def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings, plan: list[Planned],
                 order: dict[str, Any]) -> dict[str, Any]:
-    """What must not change between a run's replies: the engine binary, the model files, the
-    arm's and the run's config, the run order (``order``: sequential, or interleaved with its
-    group, :meth:`adaspark.runs.order.RunUnit.record`), the exact conversations the replies are
+    """What must not change between a run's replies: the engine binary and its backend, the model
+    files, the arm's and the run's config, the run order (``order``: sequential, or interleaved
+    with its group, :meth:`adaspark.runs.order.RunUnit.record`; and the launcher's sharding,
+    :mod:`adaspark.runs.cluster`), the exact conversations the replies are
     made from (a hash per conversation, :func:`conversation_sha256`) and the project's decoding
     code (:func:`adaspark.provenance.code_fingerprint`)."""
     from adaspark import model_files, provenance
@@ -52,6 +53,9 @@ def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings, plan: list[Plan
         b = provenance.llama_build()
         binary = {"libllama_sha256": b.get("libllama_sha256"),
                   "llama_cpp_python": b.get("llama_cpp_python")}
+    from adaspark.decoding.backend import build_backend
+
+    binary["backend"] = build_backend()  # a CUDA build's replies never mix with a CPU build's
     template = None
     if settings.chat_template:
         template = hashlib.sha256(Path(settings.chat_template).read_bytes()).hexdigest()

@@ -92,6 +92,10 @@ class ReplyRow:
                               # before it started; see the module docstring)
     fingerprint: str
     wall_time: str
+    #: the machine that made the reply (:mod:`adaspark.runs.hardware`): the Ray node's id, or
+    #: ``local-<host>``; and its hardware fingerprint. Empty in files written before them.
+    node: str = ""
+    hardware: str = ""
 
     @property
     def key(self) -> tuple[str, str, int, int]:
@@ -120,6 +124,8 @@ def reply_status(reply: Reply, max_tokens: int, protocol_cap: int) -> str:
 def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv: Conversation,
              turn: int, reply_index: int, max_tokens: int, protocol_cap: int,
              fingerprint: str, after_resume: bool = False) -> ReplyRow:
+    from adaspark.runs.hardware import hardware_fingerprint, node_id
+
     t = reply.timings or {}
     status = reply_status(reply, max_tokens, protocol_cap)
     tps = reply.decode_tps
@@ -145,6 +151,7 @@ def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv:
         timings=json.dumps(t, ensure_ascii=False, default=str),
         after_resume=int(after_resume), fingerprint=fingerprint,
         wall_time=datetime.now(UTC).isoformat(timespec="seconds"),
+        node=node_id(), hardware=hardware_fingerprint(),
     )
 
 

@@ -159,12 +159,19 @@ class _ArmRun:
 
 
 def _open_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings,
-              plan: list[Planned], unit: RunUnit, on_mismatch: str) -> _ArmRun:
-    """Check (or create) the arm's ``run.json``; read what it has stored."""
+              plan: list[Planned], unit: RunUnit, on_mismatch: str,
+              prior: list[dict[str, Any]] | None = None,
+              launcher: dict[str, Any] | None = None) -> _ArmRun:
+    """Check (or create) the arm's ``run.json``; read what it has stored (and ``prior``: rows
+    stored elsewhere, which a cluster node's run resumes from). ``launcher``: how the run is
+    spread over machines (:mod:`adaspark.runs.cluster`), part of the fingerprint."""
     entry = ArmEntry.parse(entry_text)
     arm = arm_config(cfg, entry)
     store = ResultStore(out_dir)
-    fp = fingerprint(cfg, arm, settings, plan, unit.record(entry_text))
+    order = unit.record(entry_text)
+    if launcher is not None:
+        order = {**order, "launcher": launcher}
+    fp = fingerprint(cfg, arm, settings, plan, order)
     try:
         digest = store.fingerprint_check(fp)
     except RunMismatchError as e:
@@ -173,7 +180,8 @@ def _open_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings,
         print(f"run {entry.entry}: starting over. {e}", file=sys.stderr)
         shutil.rmtree(out_dir)
         digest = store.fingerprint_check(fp)
-    done = {(r["set"], r["conversation"], r["turn"], r["reply"]): r for r in store.rows()}
+    done = {(r["set"], r["conversation"], r["turn"], r["reply"]): r
+            for r in [*(prior or []), *store.rows()]}
     pending = {(p.set_name, p.conversation.name): p for p in plan
                if not conversation_done(p, done)}
     return _ArmRun(entry, arm, out_dir, store, digest, done, len(done),
@@ -183,7 +191,9 @@ def _open_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings,
 def run_unit(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettings, *,
              sets: list[SetFile] | None = None, view: ProgressView | None = None,
              on_reply: Callable[[ReplyRow], None] | None = None,
-             on_mismatch: str = "refuse") -> list[ArmSummary]:
+             on_mismatch: str = "refuse",
+             only: set[tuple[str, str]] | None = None,
+             prior: dict[str, list[dict[str, Any]]] | None = None) -> list[ArmSummary]:
     """Run the unit's arms (one arm, or an interleaved group: :mod:`adaspark.runs.order`) over
     the settings' subset, each into ``dirs[entry]`` (resuming what is there); their summaries
     in the unit's order.
@@ -192,6 +202,10 @@ def run_unit(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettin
     ``refuse`` (raise :class:`RunMismatchError`) or ``restart`` (delete them, saying what
     changed, and run from the start: what DVC does to a changed stage's outputs).
     ``summary.json`` is written for each arm that sent a reply or has none yet.
+
+    A cluster node's share of a run (:mod:`adaspark.runs.cluster`): ``only`` keeps the plan's
+    conversations ``(set, conversation)`` listed, and ``prior`` gives each entry's replies stored
+    by the run's driver (the history of a conversation begun before a node died).
     """
     if on_mismatch not in ("refuse", "restart"):
         raise RunError(f"on_mismatch must be 'refuse' or 'restart', not {on_mismatch!r}")
@@ -211,7 +225,10 @@ def run_unit(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettin
     if sets is None:
         sets = load_checked_sets(settings.testset_dir())
     plan = plan_subset(sets, settings.subset)
-    arms = [_open_arm(cfg, e, dirs[e], settings, plan, unit, on_mismatch) for e in unit.entries]
+    if only is not None:
+        plan = [p for p in plan if (p.set_name, p.conversation.name) in only]
+    arms = [_open_arm(cfg, e, dirs[e], settings, plan, unit, on_mismatch,
+                      prior=(prior or {}).get(e)) for e in unit.entries]
     active = [a for a in arms if a.pending]
     own_view = view is None
     view = view or ProgressView()
@@ -302,6 +319,20 @@ def _serve(cfg: Any, unit: RunUnit, active: list[_ArmRun], plan: list[Planned],
             close(conv_now)
 
 
+def run_unit_launched(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettings,
+                      **kw: Any) -> list[ArmSummary]:
+    """:func:`run_unit` on this machine, or over a Ray cluster when the config's launcher is
+    ``ray`` (:mod:`adaspark.runs.cluster`)."""
+    from adaspark.runs.cluster import LauncherSettings, run_unit_ray
+
+    launcher = LauncherSettings.from_config(cfg)
+    if launcher.name == "ray":
+        kw.pop("sets", None)
+        kw.pop("view", None)
+        return run_unit_ray(cfg, unit, dirs, settings, launcher, **kw)
+    return run_unit(cfg, unit, dirs, settings, **kw)
+
+
 def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
             sets: list[SetFile] | None = None, view: ProgressView | None = None,
             on_reply: Callable[[ReplyRow], None] | None = None,
@@ -337,13 +368,18 @@ def run_arms(cfg: Any, entries: list[str], out_root: Path, settings: RunSettings
     """Several arms (``adaspark run``, the benchmark), each into ``out_root/<entry>``, in
     ``run.order`` (:func:`adaspark.runs.order.plan_units`); one table at the end, in the
     entries' order."""
+    from adaspark.runs.cluster import LauncherSettings, ray_cluster
+
     units = plan_units(entries, settings.order, settings.groups)
     sets = load_checked_sets(settings.testset_dir())
     by_entry: dict[str, ArmSummary] = {}
-    with ProgressView(stream) as view:
+    launcher = LauncherSettings.from_config(cfg)
+    with ExitStack() as stack, ProgressView(stream) as view:
+        if launcher.name == "ray":  # one cluster for every unit
+            stack.enter_context(ray_cluster(launcher, lambda m: print(m, file=sys.stderr)))
         for u in units:
-            summaries = run_unit(cfg, u, {e: out_root / e for e in u.entries}, settings,
-                                 sets=sets, view=view)
+            summaries = run_unit_launched(cfg, u, {e: out_root / e for e in u.entries},
+                                          settings, sets=sets, view=view)
             by_entry.update(zip(u.entries, summaries, strict=True))
         view.console.print(summary_table([by_entry[e] for e in entries]))
     return [by_entry[e] for e in entries]

@@ -108,9 +108,13 @@ class ResultStore:
         if not self.rows_path.exists():
             return ROW_SCHEMA.empty_table()
         try:
-            return pq.read_table(self.rows_path)
+            table = pq.read_table(self.rows_path)
         except (pa.ArrowException, OSError) as e:
             raise RunError(corrupt_file_message(self.rows_path, e)) from None
+        for f in ROW_SCHEMA:  # a column added since the file was written (node, hardware): null
+            if f.name not in table.column_names:
+                table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+        return table
 
     def rows(self) -> list[dict[str, Any]]:
         return self.table().to_pylist()

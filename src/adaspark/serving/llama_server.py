@@ -101,6 +101,9 @@ class LlamaServerSpec:
     chat_template_file: Path | None = None
     extra_args: list[str] = field(default_factory=list)
     binary: Path | None = None
+    #: offload flags (``--n-gpu-layers``, ``--n-gpu-layers-draft``; none on a CPU build):
+    #: :func:`adaspark.decoding.backend.server_gpu_flags`
+    gpu_args: list[str] = field(default_factory=list)
 
     def args(self) -> list[str]:
         """The command line (binary first)."""
@@ -119,7 +122,7 @@ class LlamaServerSpec:
             argv += ["--spec-type", str(self.spec_type), "--spec-draft-model", str(self.drafter),
                      "--spec-draft-n-max", str(self.spec_draft_n_max),
                      "--spec-draft-p-min", f"{self.spec_draft_p_min:g}"]
-        return argv + list(self.extra_args)
+        return argv + list(self.gpu_args) + list(self.extra_args)
 
 
 def spec_from_config(cfg: Any, arm: Any, *, port: int, host: str = LOOPBACK,
@@ -141,13 +144,20 @@ def spec_from_config(cfg: Any, arm: Any, *, port: int, host: str = LOOPBACK,
     if spec_type not in (None, "none"):
         drafter, _ = model_files.resolve(cfg.drafter)
     threads = int(cfg.get("threads") or os.cpu_count() or 1)
+    from adaspark.decoding.backend import build_backend, configured_gpu_layers, server_gpu_flags
+
+    backend = build_backend()
+    gpu_args = server_gpu_flags(
+        configured_gpu_layers(cfg.target, "target", backend),
+        configured_gpu_layers(cfg.drafter, "drafter", backend) if drafter is not None else None,
+        backend)
     return LlamaServerSpec(
         model=tpath, n_ctx=int(cfg.target.n_ctx), threads=threads, port=port, host=host,
         drafter=drafter, spec_type=spec_type,
         spec_draft_n_max=int(server.get("spec_draft_n_max", 3)),
         spec_draft_p_min=float(server.get("spec_draft_p_min", 0.0)),
         chat_template_file=chat_template_file,
-        extra_args=[str(x) for x in (server.get("extra_args") or [])],
+        extra_args=[str(x) for x in (server.get("extra_args") or [])], gpu_args=gpu_args,
     )
 
 

@@ -52,17 +52,20 @@ class ModelPair:
 def model_pair(cfg: DictConfig) -> Iterator[ModelPair]:
     """Load ``cfg.target`` and ``cfg.drafter`` (fast kernels, ``cfg.threads``); close both."""
     from adaspark import model_files
+    from adaspark.decoding.backend import configured_gpu_layers
     from adaspark.decoding.drafter.base import make_drafter
     from adaspark.decoding.engine import Target
 
     started = time.perf_counter()
     tpath, tsha = model_files.resolve(cfg.target)
     dpath, dsha = model_files.resolve(cfg.drafter)
-    target = Target(tpath, int(cfg.target.n_ctx), exact=False, threads=cfg.get("threads"))
+    target = Target(tpath, int(cfg.target.n_ctx), exact=False, threads=cfg.get("threads"),
+                    n_gpu_layers=configured_gpu_layers(cfg.target, "target"))
     try:
         drafter = make_drafter(str(cfg.drafter.kind), path=dpath, n_ctx=int(cfg.drafter.n_ctx),
                                exact=False, top_k=int(cfg.drafter.candidates_per_position),
-                               threads=cfg.get("threads"), target=target)
+                               threads=cfg.get("threads"), target=target,
+                               n_gpu_layers=configured_gpu_layers(cfg.drafter, "drafter"))
     except BaseException:
         target.close()
         raise

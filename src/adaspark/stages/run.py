@@ -34,7 +34,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from adaspark.config import ConfigError
 from adaspark.runs.order import RunUnit, plan_units, unit_of
 from adaspark.runs.progress import summary_table
-from adaspark.runs.run import run_unit
+from adaspark.runs.run import run_unit_launched
 from adaspark.runs.settings import ArmEntry, RunError, RunSettings, arm_config, no_drafter_file
 from adaspark.runs.store import NOT_RUN_FILE
 from adaspark.schema import validate
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(unit.entries) > 1 and a.out.name != a.arm:
             raise RunError(f"--out {a.out}: an interleaved group's arms go to sibling "
                            f"directories named by arm, so --out must end in /{a.arm}")
-        summaries = run_unit(cfg, unit, dirs, settings, on_mismatch=a.on_mismatch)
+        summaries = run_unit_launched(cfg, unit, dirs, settings, on_mismatch=a.on_mismatch)
         summary = summaries[unit.entries.index(a.arm)]
     except ConfigError:
         raise

@@ -39,8 +39,9 @@ class DraftModelDrafter(Drafter):
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, top_k: int = 8,
                  threads: int | None = None, target_vocab: list[bytes] | None = None,
-                 target: Model | None = None) -> None:
-        self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=1)
+                 target: Model | None = None, n_gpu_layers: int = 0) -> None:
+        self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=1,
+                           n_gpu_layers=n_gpu_layers)
         self.top_k = top_k
         self.exact = exact
         if target_vocab is None and target is not None:  # the loaded target's token list

@@ -97,7 +97,7 @@ class DSparkDrafter(Drafter):
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, top_k: int = 8,
                  threads: int | None = None, target_vocab: list[bytes] | None = None,
-                 target: Target | None = None) -> None:
+                 target: Target | None = None, n_gpu_layers: int = 0) -> None:
         del target_vocab  # the tokenizer is checked against the target's GGUF below
         if target is None:
             raise EngineError("drafter kind dspark reads the target's hidden states: it needs "
@@ -114,7 +114,8 @@ class DSparkDrafter(Drafter):
         ll = _llama()
         self.target, self.exact, self.top_k = target, exact, top_k
         self.path = Path(path)
-        self.model, _ = load_gguf(self.path, exact=exact, what="the drafter ")
+        self.model, _ = load_gguf(self.path, exact=exact, what="the drafter ",
+                                  n_gpu_layers=n_gpu_layers)
         cp = context_params(n_ctx, max(INJECT_BATCH, self.info.block_size), n_seq_max=1,
                             exact=exact, threads=threads)
         cp.ctx_other = target.ctx  # the drafter borrows the target's embeddings and head
