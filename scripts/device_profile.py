@@ -462,7 +462,8 @@ def yaml_value(v: Any) -> str:
 
 
 def write_device_yaml(path: Path, name: str, rows: list[dict[str, Any]], draft_ms: float,
-                      draft_source: str, machine: dict[str, Any], label_source: str) -> None:
+                      draft_source: str, machine: dict[str, Any], label_source: str,
+                      weights: str = "random-weight") -> None:
     widths, alphas, betas, clamped = fit_widths(rows)
     sources = {"verify": f"least-squares alpha + beta c per width over survey.jsonl's medians "
                          f"({label_source})",
@@ -475,7 +476,7 @@ def write_device_yaml(path: Path, name: str, rows: list[dict[str, Any]], draft_m
                               "to 0 (the intercept to the width's fastest median)")
     lines = [f"# Device model measured by scripts/device_profile.sh ({label_source}).",
              f"name: {yaml_value(name)}", "label: measured",
-             f"description: {yaml_value('random-weight profile of ' + label_source)}",
+             f"description: {yaml_value(weights + ' profile of ' + label_source)}",
              "verify:", f"  rows: {yaml_value(widths)}", f"  alpha_ms: {yaml_value(alphas)}",
              f"  beta_ms_per_1k: {yaml_value(betas)}", "  shape: step",
              f"draft_ms: {round(float(draft_ms), 4)}", "host_ms: 0.0", "sources:"]
@@ -551,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep-models", action="store_true")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="time this GGUF (its real weights) instead of a random-weight file of "
+                         "--shape: the control that tells weights from harness")
     a = ap.parse_args(argv)
     try:
         return run(a)
@@ -591,10 +595,15 @@ def run(a: argparse.Namespace) -> int:
     (out / "profile.json").write_text(json.dumps(meta, indent=1, default=str))
     rng = np.random.default_rng(a.seed)
     t0 = time.perf_counter()
-    tpath = out / "models" / "target.gguf"
-    write_random_gguf(gguf, shape, tpath, a.seed)
-    say(f"random target ({shape['arch']}, {tpath.stat().st_size / 2**20:.0f} MiB) written in "
-        f"{time.perf_counter() - t0:.1f} s")
+    if a.model is not None:  # the control: real weights through the same harness
+        tpath = a.model
+        meta["weights"] = f"real: {a.model.name} (--model)"
+        say(f"timing the model file {tpath} itself (real weights)")
+    else:
+        tpath = out / "models" / "target.gguf"
+        write_random_gguf(gguf, shape, tpath, a.seed)
+        say(f"random target ({shape['arch']}, {tpath.stat().st_size / 2**20:.0f} MiB) written "
+            f"in {time.perf_counter() - t0:.1f} s")
     # llama.cpp caps a context's batch and output rows at the context asked for: never below
     # the micro-batch
     n_ctx = max(N_BATCH, max(a.contexts) + max(a.widths) + 8)
@@ -624,21 +633,22 @@ def run(a: argparse.Namespace) -> int:
         tgt.close()
     rows = [json.loads(x) for x in (out / "survey.jsonl").read_text().splitlines()]
     label = f"{shape.get('source', {}).get('file', a.shape.stem)} on {machine['summary']}"
+    weights = "random-weight" if a.model is None else "real-weight"
     first = next(iter(draft.items()), None)
     name = a.name or f"profile-{platform.node()}"
     write_device_yaml(out / "device.yaml", name, rows, first[1] if first else 0.0,
                       (f"median round of the random-weight drafter {first[0]} over "
                        "drafters.jsonl" if first else "no drafter shape given: 0"),
-                      machine, label)
+                      machine, label, weights)
     for n, ms in list(draft.items())[1:]:
         write_device_yaml(out / f"device-{n}.yaml", f"{name}-{n}", rows, ms,
                           f"median round of the random-weight drafter {n} over drafters.jsonl",
-                          machine, label)
+                          machine, label, weights)
     meta.update({"timings": {**timings, "total_s": round(time.perf_counter() - t_all, 2)},
                  "draft_ms": draft, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                               time.gmtime())})
     (out / "profile.json").write_text(json.dumps(meta, indent=1, default=str))
-    if not a.keep_models:
+    if not a.keep_models:  # the random files (never --model's)
         for f in (out / "models").glob("*.gguf"):
             f.unlink()
     say(f"done in {time.perf_counter() - t_all:.0f} s: {out / 'device.yaml'}")

@@ -2,7 +2,9 @@
 on loopback, the tiny model, the smoke subset and two arms in exact mode. The replies' texts and
 token counts equal a single-machine run's, the replies came from two distinct nodes (the per-reply
 node column), and a run whose node is killed mid-way resumes on a rerun with nothing lost or
-stored twice."""
+stored twice. The kill test runs the `short` subset (11 replies, dealt three conversations to a
+node) so that the killed node still has several replies, each seconds long, left when its first
+one is stored: with the smoke subset it could finish before the kill landed."""
 
 from __future__ import annotations
 
@@ -21,13 +23,16 @@ pytestmark = pytest.mark.server
 
 REPO = Path(__file__).resolve().parents[2]
 ARMS = ["ar", "chain3"]
-BASE = ["target=tiny", "drafter=tiny-truncated", "run.testset=data/testset", "run.subset=smoke",
-        "run.cap=8", "run.warmup=false", "run.exact=true", "run.order=sequential", "threads=1",
-        f"run_arms=[{','.join(ARMS)}]"]
+COMMON = ["target=tiny", "drafter=tiny-truncated", "run.testset=data/testset",
+          "run.warmup=false", "run.exact=true", "run.order=sequential", "threads=1"]
+BASE = [*COMMON, "run.subset=smoke", "run.cap=8", f"run_arms=[{','.join(ARMS)}]"]
+KILL_ARMS = ["ar"]
+KILL = [*COMMON, "run.subset=short", "run.cap=16", f"run_arms=[{','.join(KILL_ARMS)}]"]
 
 
-def adaspark_run(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "adaspark.cli", "run", *BASE, *args],
+def adaspark_run(*args: str, base: list[str] = BASE,
+                 timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "adaspark.cli", "run", *base, *args],
                           capture_output=True, text=True, cwd=REPO, timeout=timeout)
 
 
@@ -45,6 +50,14 @@ def keys(out: Path, arm: str) -> list[tuple]:
 def local_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("local")
     p = adaspark_run(f"out={out}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_kill_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("local-kill")
+    p = adaspark_run(f"out={out}", base=KILL)
     assert p.returncode == 0, p.stderr[-3000:]
     return out
 
@@ -71,7 +84,7 @@ def test_a_ray_run_equals_the_local_run_and_spans_two_nodes(local_run, tmp_path)
     print(f"ray run: {wall:.0f} s wall")
 
 
-def test_a_killed_node_loses_only_its_unfinished_replies(local_run, tmp_path):
+def test_a_killed_node_loses_only_its_unfinished_replies(local_kill_run, tmp_path):
     from ray.cluster_utils import Cluster
 
     out = tmp_path / "killed"
@@ -82,7 +95,7 @@ def test_a_killed_node_loses_only_its_unfinished_replies(local_run, tmp_path):
                    for _ in range(2)]
         cluster.wait_for_nodes()
         driver = subprocess.Popen(
-            [sys.executable, "-m", "adaspark.cli", "run", *BASE, "launcher=ray",
+            [sys.executable, "-m", "adaspark.cli", "run", *KILL, "launcher=ray",
              f"launcher.address={cluster.address}", f"out={out}"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         killed = None
@@ -99,17 +112,18 @@ def test_a_killed_node_loses_only_its_unfinished_replies(local_run, tmp_path):
         assert killed is not None, f"no reply was stored before the run ended: {err[-2000:]}"
         assert driver.returncode != 0, "the run should fail when a node dies"
         assert "Rerun the same command" in err
-        stored = sum(len(keys(out, a)) for a in ARMS)
-        assert 1 <= stored < 4
-        print(f"node killed after its first reply: {stored} of 4 replies stored; rerunning")
+        total = sum(len(keys(local_kill_run, a)) for a in KILL_ARMS)
+        stored = sum(len(keys(out, a)) for a in KILL_ARMS)
+        assert 1 <= stored < total
+        print(f"node killed after its first reply: {stored} of {total} replies stored; rerunning")
         cluster.add_node(num_cpus=1, resources={"adaspark_node": 1})
         cluster.wait_for_nodes()
         again = adaspark_run("launcher=ray", f"launcher.address={cluster.address}",
-                             f"out={out}")
+                             f"out={out}", base=KILL)
         assert again.returncode == 0, again.stderr[-3000:]
     finally:
         cluster.shutdown()
-    for arm in ARMS:
+    for arm in KILL_ARMS:
         ks = keys(out, arm)
         assert len(ks) == len(set(ks)), f"{arm}: a reply was stored twice"
-        assert replies(out, arm) == replies(local_run, arm), f"{arm}: replies differ"
+        assert replies(out, arm) == replies(local_kill_run, arm), f"{arm}: replies differ"
