@@ -228,3 +228,21 @@ def test_the_exported_file_drafts_in_our_engine_what_the_module_computes(chain, 
         assert blk.tokens[:, 0].tolist() == picks, label
         assert np.allclose(blk.probs[:, 0], probs, atol=tol), label
         assert np.allclose(blk.confidence, confs, atol=tol), label
+
+
+def test_exporting_the_same_weights_again_gives_the_same_bytes(chain, tiny_path):
+    """The export is a function of the weights and settings: its provenance names the weights'
+    sha256, not the hour, so a second export of one training run has the first's sha256."""
+    d, _ = chain
+    params = ["--params", str(REPO / "train" / "params.yaml")]
+    over = [f"target={tiny_path}", *SMALL, "drafter_train.steps=6", "drafter_train.threads=1"]
+    r = _stage("export", *params, "--train", str(d / "whole"), "--out", str(d / "export2"),
+               *over, cache=d / "cache")
+    assert r.returncode == 0, r.stderr[-3000:]
+    first = json.loads((d / "export" / "export.json").read_text())
+    again = json.loads((d / "export2" / "export.json").read_text())
+    for label in ("f16", "quant"):
+        assert first["files"][label]["sha256"] == again["files"][label]["sha256"], label
+    from adaspark.model_files import sha256_file
+
+    assert first["provenance"]["weights_sha256"] == sha256_file(d / "whole" / "weights.pt")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +167,7 @@ def cmd_export(raw: dict[str, Any], train_dir: Path, out: Path) -> int:
             if data_manifest.is_file() else None,
             "data": raw["drafter_data"], "train": raw["drafter_train"],
             "heldout": metrics.get("heldout"), "train_seconds": metrics.get("seconds"),
-            "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "weights_sha256": sha256_file(train_dir / "weights.pt")}
     rec = export(train_dir / "weights.pt", path, out, name=str(e["name"]),
                  quant=str(e["quant"]), target_layers=tuple(raw["drafter_data"]["layers"]),
                  provenance=prov, quant_draft_vocab=e.get("quant_draft_vocab"))
