@@ -586,7 +586,8 @@ def run(a: argparse.Namespace) -> int:
     build = json.loads(a.build.read_text()) if a.build and a.build.is_file() else {}
     meta: dict[str, Any] = {
         "format": "adaspark-device-profile/1", "label": "measured",
-        "weights": "random (shapes and tensor types of the shape files; no model values)",
+        "weights": ("random (shapes and tensor types of the shape files; no model values)"
+                    if a.model is None else f"real: {a.model.name} (--model)"),
         "target_shape": {"file": a.shape.name, "source": shape.get("source")},
         "drafter_shapes": [{"file": p.name, "source": s.get("source")} for p, s in drafters],
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
@@ -597,7 +598,6 @@ def run(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if a.model is not None:  # the control: real weights through the same harness
         tpath = a.model
-        meta["weights"] = f"real: {a.model.name} (--model)"
         say(f"timing the model file {tpath} itself (real weights)")
     else:
         tpath = out / "models" / "target.gguf"
@@ -632,7 +632,9 @@ def run(a: argparse.Namespace) -> int:
     finally:
         tgt.close()
     rows = [json.loads(x) for x in (out / "survey.jsonl").read_text().splitlines()]
-    label = f"{shape.get('source', {}).get('file', a.shape.stem)} on {machine['summary']}"
+    timed = a.model.name if a.model is not None else shape.get("source", {}).get("file",
+                                                                                 a.shape.stem)
+    label = f"{timed} on {machine['summary']}"
     weights = "random-weight" if a.model is None else "real-weight"
     first = next(iter(draft.items()), None)
     name = a.name or f"profile-{platform.node()}"

@@ -2,7 +2,7 @@
 on loopback, the tiny model, the smoke subset and two arms in exact mode. The replies' texts and
 token counts equal a single-machine run's, the replies came from two distinct nodes (the per-reply
 node column), and a run whose node is killed mid-way resumes on a rerun with nothing lost or
-stored twice. The kill test runs the `short` subset (11 replies, dealt three conversations to a
+stored twice. The kill test runs `ar` over the `short` subset (dealt three conversations to a
 node) so that the killed node still has several replies, each seconds long, left when its first
 one is stored: with the smoke subset it could finish before the kill landed."""
 

@@ -123,12 +123,17 @@ def _stage(*args: str, cache: Path, timeout: float = 900) -> subprocess.Complete
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _settings(tiny_path: Path) -> tuple[list[str], list[str]]:
+    """The chain's params file and overrides (the tiny target, small data, 6 steps)."""
+    return (["--params", str(REPO / "train" / "params.yaml")],
+            [f"target={tiny_path}", *SMALL, "drafter_train.steps=6", "drafter_train.threads=1"])
+
+
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory, tiny_path):
     """data -> train (once whole, once killed after step 3 and rerun) -> export."""
     d = tmp_path_factory.mktemp("drafter")
-    params = ["--params", str(REPO / "train" / "params.yaml")]
-    over = [f"target={tiny_path}", *SMALL, "drafter_train.steps=6", "drafter_train.threads=1"]
+    params, over = _settings(tiny_path)
     r = _stage("data", *params, "--out", str(d / "data"), *over, cache=d / "cache")
     assert r.returncode == 0, r.stderr[-3000:]
     logs = {}
@@ -234,8 +239,7 @@ def test_exporting_the_same_weights_again_gives_the_same_bytes(chain, tiny_path)
     """The export is a function of the weights and settings: its provenance names the weights'
     sha256, not the hour, so a second export of one training run has the first's sha256."""
     d, _ = chain
-    params = ["--params", str(REPO / "train" / "params.yaml")]
-    over = [f"target={tiny_path}", *SMALL, "drafter_train.steps=6", "drafter_train.threads=1"]
+    params, over = _settings(tiny_path)
     r = _stage("export", *params, "--train", str(d / "whole"), "--out", str(d / "export2"),
                *over, cache=d / "cache")
     assert r.returncode == 0, r.stderr[-3000:]
