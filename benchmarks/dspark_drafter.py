@@ -18,6 +18,7 @@ head.
 Writes ``<out>/dspark_drafter.json`` (both parts, the files' sha256, the settings).
 
     .venv/bin/python benchmarks/dspark_drafter.py [--cap 128] [--own 8] [--skip-e2e]
+        [--e2e-from runs] [--drafters dspark-embedded,draft-model]
         [--out runs/benchmarks/dspark_drafter]
 """
 
@@ -99,27 +100,47 @@ def chain_acceptance(overrides: list[str], texts: dict[str, list[str]], cap: int
     return out
 
 
-def e2e(out: Path, cap: int) -> dict:
-    """``benchmarks/e2e_short.py`` over the arms above, then Table 2 from adaspark-dspark."""
-    d = out / "e2e"
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "e2e_short.py"), "--cap",
-                        str(cap), "--arms", ",".join(E2E_ARMS), "--out", str(d)], cwd=REPO)
-    if r.returncode != 0:
-        return {"error": f"e2e_short exited {r.returncode}"}
+def e2e(out: Path, cap: int, run_root: Path | None = None) -> dict:
+    """``benchmarks/e2e_short.py`` over the arms above, then Table 2 from adaspark-dspark and
+    llama-server's own counters from llamacpp-dspark. With ``run_root`` (a pipeline run's
+    ``runs/``, ``--e2e-from``) nothing is run: the same figures are read from its ``arms/``
+    stores, which the default preset's run stage fills on ``short`` in interleaved order."""
     import pandas as pd
 
-    from adaspark.analysis.records import request_summaries
+    from adaspark.analysis.records import read_replies, request_summaries
     from adaspark.analysis.tables.table2 import table2_acceptance_prediction
 
-    res = json.loads((d / "e2e_short.json").read_text())
-    rows = pd.read_parquet(d / "adaspark-dspark" / "replies.parquet")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from e2e_short import analyse
+
+    if run_root is None:
+        d = out / "e2e"
+        r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "e2e_short.py"), "--cap",
+                            str(cap), "--arms", ",".join(E2E_ARMS), "--out", str(d)], cwd=REPO)
+        if r.returncode != 0:
+            return {"error": f"e2e_short exited {r.returncode}"}
+        res = json.loads((d / "e2e_short.json").read_text())
+    else:
+        d = run_root / "arms"
+        missing = [a for a in E2E_ARMS if not (d / a / "replies.parquet").is_file()]
+        if missing:
+            raise SystemExit(f"dspark_drafter: --e2e-from {run_root}: no replies for {missing} "
+                             f"under {d}; run the default pipeline's run stage first "
+                             "(dvc repro run)")
+        res = analyse(d, E2E_ARMS, 20240601, write=False) | {
+            "source": f"pipeline run {run_root} (stage run)"}
+    rows = read_replies(d / "adaspark-dspark")  # in serving order, as Table 2 reads them
     t2 = table2_acceptance_prediction(request_summaries(rows), "qwen2.5-coder-1.5b", "short")
     res["table2_adaspark_dspark"] = json.loads(t2.to_json(orient="records"))[0]
     srv = pd.read_parquet(d / "llamacpp-dspark" / "replies.parquet")
-    # llama-server's own counters (timings.draft_n, draft_n_accepted), per reply
+    # llama-server's own counters (timings.draft_n, draft_n_accepted), summed over replies. Its
+    # rounds are not counted; with --spec-draft-n-max 3 and p_min 0 every full round drafts 3,
+    # so 1 + 3 * accepted / drafted estimates the acceptance length from them.
+    drafted, accepted = int(srv["server_drafted"].sum()), int(srv["server_accepted"].sum())
     res["llamacpp_dspark_counters"] = {
-        "draft_n": int(srv["server_drafted"].sum()),
-        "draft_n_accepted": int(srv["server_accepted"].sum())}
+        "draft_n": drafted, "draft_n_accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "acceptance_length_if_3_a_round": 1 + 3 * accepted / drafted if drafted else None}
     return res
 
 
@@ -128,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=int, default=128)
     ap.add_argument("--own", type=int, default=8, help="prompts of our own")
     ap.add_argument("--skip-e2e", action="store_true")
+    ap.add_argument("--e2e-from", type=Path, default=None, metavar="RUNS",
+                    help="read part 2 from a pipeline run's runs/ instead of running it")
     ap.add_argument("--drafters", default="dspark-embedded,draft-model",
                     help=f"comma-separated, of {sorted(DRAFTERS)}")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks" / "dspark_drafter")
@@ -148,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         result["acceptance"][name] = chain_acceptance(over, texts, a.cap)
         write_json(a.out / "dspark_drafter.json", result)
     if not a.skip_e2e:
-        result["e2e"] = e2e(a.out, a.cap)
+        result["e2e"] = e2e(a.out, a.cap, a.e2e_from)
     result["seconds"] = time.time() - t0
     write_json(a.out / "dspark_drafter.json", result)
     print("\nacceptance in a chain of B (1 + accepted drafts per drafting round):")

@@ -46,6 +46,13 @@ PAIRS = [
     ("adaspark", "ar"),
     ("adaspark-w1", "ar"),
     ("adaspark-w1", "adaspark"),
+    # the DSpark block (issue 15): the same comparisons on the project's own DSpark drafter
+    ("adaspark-dspark", "llamacpp-dspark"),
+    ("adaspark-dspark", "chain3-dspark"),
+    ("chain3-dspark", "llamacpp-dspark"),
+    ("llamacpp-dspark", "llamacpp-ar"),
+    ("chain3-dspark", "ar"),
+    ("adaspark-dspark", "ar"),
 ]
 
 #: The end-to-end keys each ``throughput`` row gains (:func:`end_to_end`).
@@ -87,7 +94,10 @@ def end_to_end(df, arm: str) -> dict:
             "median_drafter_prefill_s": e.median_drafter_prefill_s, "e2e_n_replies": e.n_replies}
 
 
-def analyse(out: Path, arms: list[str], seed: int) -> dict:
+def analyse(out: Path, arms: list[str], seed: int, write: bool = True) -> dict:
+    """Throughput, end to end and :data:`PAIRS`' ratios over the arm stores under ``out``;
+    with ``write`` also ``replies.parquet``, ``throughput.csv`` and ``ratios.csv`` there (off
+    when ``out`` is another stage's output, such as a pipeline run's ``runs/arms``)."""
     import pandas as pd
 
     from adaspark.analysis import stats
@@ -96,7 +106,8 @@ def analyse(out: Path, arms: list[str], seed: int) -> dict:
 
     frames = [pd.DataFrame(ResultStore(out / a).rows()) for a in arms]
     df = pd.concat([f for f in frames if not f.empty], ignore_index=True)
-    df.to_parquet(out / "replies.parquet")
+    if write:
+        df.to_parquet(out / "replies.parquet")
     throughput = []
     for a in arms:
         try:
@@ -113,8 +124,9 @@ def analyse(out: Path, arms: list[str], seed: int) -> dict:
             ratios.append(c.as_dict() | {"cell": c.format(3)})
         except stats.StatsInputError as e:
             ratios.append({"arm_a": a, "arm_b": b, "ratio": float("nan"), "note": str(e)})
-    pd.DataFrame(throughput).to_csv(out / "throughput.csv", index=False)
-    pd.DataFrame(ratios).to_csv(out / "ratios.csv", index=False)
+    if write:
+        pd.DataFrame(throughput).to_csv(out / "throughput.csv", index=False)
+        pd.DataFrame(ratios).to_csv(out / "ratios.csv", index=False)
     statuses = df.groupby(["arm", "status"]).size().unstack(fill_value=0)
     return {"throughput": throughput, "ratios": ratios,
             "statuses": {a: {k: int(v) for k, v in row.items()}
