@@ -37,6 +37,7 @@ from adaspark.rules.adaspark.simulator import (
     Simulator,
     TextProcess,
     learn_widths,
+    warm_kernels,
 )
 from adaspark.rules.base import RoundOutcome, RoundState
 
@@ -48,6 +49,7 @@ def run(rounds: int, seed: int, *, phases: bool = False) -> dict:
                       drafter=DrafterProcess(B=8, K=8, alpha=1.0),
                       fixed=0.010, max_rows=64, seed=seed)
     sim = Simulator(env)
+    warm_kernels()   # compiled or loaded before timing, as a server does (adaspark.jit)
     rule = AdaSparkRule()
     rule._ensure(env.max_rows)
     assert rule.table is not None

@@ -85,7 +85,7 @@ def llama_build() -> dict[str, Any]:
 
 def versions() -> dict[str, str]:
     pkgs = ["adaspark", "llama_cpp_python", "numpy", "hydra-core", "dvc", "pandas", "pyarrow",
-            "starlette", "uvicorn", "uvloop", "httptools"]
+            "starlette", "uvicorn", "uvloop", "httptools", "numba", "llvmlite"]
     out = {"python": platform.python_version(), "machine": platform.machine()}
     for p in pkgs:
         try:

@@ -148,11 +148,11 @@ def test_agreed_and_contradicted_terms_add_the_source_logit_and_their_bucket_wei
     chained, cands = scores_of(ngram=True)
     ln6 = math.log(6.0)
     # 0: pick 14, 1-2: its siblings, 3: the next pick 30, 4: sibling 15, 5: sibling 42
-    assert cands.tokens[:6] == [14, 40, 41, 30, 15, 42]
+    assert cands.tokens[:6].tolist() == [14, 40, 41, 30, 15, 42]
     assert chained[:6] - plain == pytest.approx([ln6, -ln6, -ln6, -ln6, ln6, -ln6], abs=1e-9)
     # n-gram nodes below the sibling 15: 16, 17, ... as a copy (p 6/7) until the match reaches
     # 16 tokens (copy-long, unscored: p = 1/2, logit 0)
-    assert cands.tokens[6:8] == [16, 17] and cands.parent[6:8] == [4, 6]
+    assert cands.tokens[6:8].tolist() == [16, 17] and cands.parent[6:8].tolist() == [4, 6]
     ev = cands.evidence
     assert chained[6] == pytest.approx(ln6) and chained[7] == pytest.approx(ln6)
     long = [j for j in range(6, len(cands)) if ev[j] == 3]

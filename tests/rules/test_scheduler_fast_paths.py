@@ -34,7 +34,6 @@ def with_ngram_nodes() -> tuple:
     b = cands.add_ngram(8, a, 1, 2, 1, 0.8)          # below it
     cands.add_ngram(9, 3, 2, 3, 0, 0.7)              # below the pick at position 1
     cands.agreed[4] = True                           # a sibling an n-gram chain agreed with
-    cands.marked.add(4)
     return cands, a, b
 
 
@@ -72,14 +71,14 @@ def test_order_by_products_sorts_by_Q_ties_to_the_lower_index() -> None:
     ([5, 1, 2, 3, 4, 6, 7], [0, 2, 3, 4, 6, 7], 6, 5),
 ])
 def test_common_suffix_is_the_token_by_token_count(a, b, limit, want) -> None:
-    assert common_suffix(a, len(a), b, len(b), limit) == want
+    assert common_suffix(np.asarray(a), len(a), np.asarray(b), len(b), limit) == want
 
 
 def test_common_suffix_matches_a_token_by_token_walk_on_random_texts() -> None:
     rng = np.random.default_rng(2)
     for _ in range(300):
-        a = rng.integers(0, 3, 40).tolist()
-        b = rng.integers(0, 3, 40).tolist()
+        a = rng.integers(0, 3, 40)
+        b = rng.integers(0, 3, 40)
         ea, eb = int(rng.integers(1, 41)), int(rng.integers(1, 41))
         limit = int(rng.integers(0, min(ea, eb) + 1))
         n = 0
@@ -90,13 +89,10 @@ def test_common_suffix_matches_a_token_by_token_walk_on_random_texts() -> None:
 
 def test_bump_follower_keeps_the_sorted_order_a_full_sort_gives() -> None:
     rng = np.random.default_rng(3)
-    seen: list[list[int]] = []
+    toks, counts, n = np.zeros(4, dtype=np.int64), np.zeros(4, dtype=np.int64), 0
     plain: list[list[int]] = []
     for tok in rng.integers(0, 7, 400).tolist():
-        if not seen:
-            seen, plain = [[tok, 1]], [[tok, 1]]
-            continue
-        bump_follower(seen, tok, 4)
+        n = bump_follower(toks, counts, n, tok, 4)
         for slot in plain:   # the definition: count, keep a new one while fewer than 4, sort
             if slot[0] == tok:
                 slot[1] += 1
@@ -105,10 +101,10 @@ def test_bump_follower_keeps_the_sorted_order_a_full_sort_gives() -> None:
             if len(plain) < 4:
                 plain.append([tok, 1])
         plain.sort(key=lambda s: (-s[1], s[0]))
-        assert seen == plain
-    two = [[1, 1], [3, 1]]
-    bump_follower(two, 3, 4)
-    assert two == [[3, 2], [1, 1]]
+        assert [[int(t), int(c)] for t, c in zip(toks[:n], counts[:n], strict=True)] == plain
+    two_t, two_c = np.array([1, 3, 0, 0]), np.array([1, 1, 0, 0])
+    assert bump_follower(two_t, two_c, 2, 3, 4) == 2
+    assert two_t[:2].tolist() == [3, 1] and two_c[:2].tolist() == [2, 1]
 
 
 def test_learn_round_sums_each_candidates_log_loss() -> None:

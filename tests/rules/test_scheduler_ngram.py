@@ -88,3 +88,34 @@ def test_chains_respect_the_depth_limit_and_the_node_budget() -> None:
     assert max(depth.values()) <= 32
     tree2 = from_block(block_of([[1, 2], [3, 4]]))
     assert add_chains(ix, tree2, 32, 5, (1, 3)) == 5
+
+
+def test_a_long_text_grows_the_tables_and_keeps_every_context() -> None:
+    """Past the tables' first 256 slots (and 512 cells) the index grows; a context seen once,
+    early, still proposes its follower, and the copy finds the latest long passage."""
+    rng = np.random.default_rng(4)
+    text = rng.integers(0, 50_000, 3000).tolist()
+    ix = index(text)
+    assert len(ix.tail) == 3000
+    p = ix.step(text[10:13])               # no 4-token match; the follower of text[10:13]
+    assert p is not None and p.token == text[13] and p.matched == 0
+    again = text[100:140]
+    q = ix.step(text[:-1] + again)         # the passage at 100 is the only one: copied on
+    assert q is not None and q.token == text[140] and q.matched >= 40
+
+
+def test_token_ids_past_the_index_limit_are_refused() -> None:
+    from adaspark.rules.adaspark.ngram import TOKEN_LIMIT
+
+    ix = index([1, 2, 3])
+    with pytest.raises(ValueError, match="token ids 0 to"):
+        ix.extend([4, TOKEN_LIMIT])
+    assert ix.tail.tolist() == [1, 2, 3]   # nothing of a refused call is indexed
+
+
+def test_a_context_longer_than_the_index_keys_is_refused_by_the_config() -> None:
+    from adaspark.rules.adaspark.config import load_config
+
+    with pytest.raises(ValueError, match=r"copy_min_match = 7.*1 to 6 tokens"):
+        load_config("adaspark", {"ngram_fill": {"copy_min_match": 7}})
+    assert load_config("adaspark", {"ngram_fill": {"follower_context": 6}}) is not None

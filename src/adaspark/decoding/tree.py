@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from adaspark.jit import kernel
+
 #: Widest verify in exact mode (HARNESS "Widths"): at 64 rows flash attention switches path.
 MAX_ROWS_EXACT = 63
 #: Widest verify otherwise (the top of the paper's ladder).
@@ -122,17 +124,31 @@ def path_products(parents: Sequence[int], q: Sequence[float]) -> np.ndarray:
     ``parents[j]`` is -1 for a child of the anchor, else the index of another candidate that
     precedes ``j`` (candidates are indexed parents first).
     """
-    qs = q.tolist() if isinstance(q, np.ndarray) else [float(x) for x in q]
-    out: list[float] = []
-    append = out.append
-    for j, (p, qj) in enumerate(zip(parents, qs, strict=True)):
+    pa = np.asarray(parents, dtype=np.int64)
+    qa = np.asarray(q, dtype=np.float64)
+    if pa.shape != qa.shape:
+        raise TreeError(f"{len(pa)} parents but {len(qa)} probabilities")
+    Q, bad = _path_products(pa, qa)
+    if bad >= 0:
+        raise TreeError(f"candidate {bad} is indexed before its parent {int(pa[bad])}")
+    return Q
+
+
+@kernel
+def _path_products(parent: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`path_products`: ``Q[j] = q[j] * Q[parent[j]]`` (``* 1.0`` below the anchor), and
+    the first candidate indexed before its parent (-1: none)."""
+    n = parent.shape[0]
+    out = np.empty(n)
+    for j in range(n):
+        p = parent[j]
         if p == -1:
-            append(qj * 1.0)
-        elif p < j:
-            append(qj * out[p])
+            out[j] = q[j] * 1.0
+        elif 0 <= p < j:
+            out[j] = q[j] * out[p]
         else:
-            raise TreeError(f"candidate {j} is indexed before its parent {p}")
-    return np.asarray(out, dtype=np.float64)
+            return out, j
+    return out, -1
 
 
 def best_first_order(parents: Sequence[int], q: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -157,10 +173,20 @@ def checked_q(q: Sequence[float]) -> np.ndarray:
 
 def order_by_products(Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Proposition 1's order and ``S`` from the path products ``Q`` (see
-    :func:`best_first_order`)."""
-    order = np.argsort(-Q, kind="stable")  # by -Q, ties by index (a stable sort keeps it)
-    S = np.zeros(len(Q) + 1)
-    np.cumsum(Q[order], out=S[1:])
+    :func:`best_first_order`): :func:`order_and_sums`."""
+    return order_and_sums(np.asarray(Q, dtype=np.float64))
+
+
+@kernel
+def order_and_sums(Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates by decreasing ``Q``, ties by index (a stable sort of ``-Q``), and ``S``, the
+    running sums of ``Q`` in that order (``S[0] = 0``)."""
+    order = np.argsort(-Q, kind="mergesort")
+    S = np.zeros(Q.shape[0] + 1)
+    acc = 0.0
+    for k in range(Q.shape[0]):
+        acc += Q[order[k]]
+        S[k + 1] = acc
     return order, S
 
 
@@ -172,31 +198,51 @@ def prefix_tree(
     n_rows: int,
     sources: Sequence[str] = (),
     max_rows: int = 64,
+    parent_arr: np.ndarray | None = None,
 ) -> tuple[Tree, list[int]]:
     """The verify tree of the first ``n_rows - 1`` candidates of ``order``, laid out depth-first.
 
-    Returns the tree and, per row after the anchor, the candidate index it holds.
+    Returns the tree and, per row after the anchor, the candidate index it holds
+    (``parent_arr``: ``parents`` as an array, when the caller has it).
     """
-    chosen = [int(c) for c in order[: max(0, n_rows - 1)]]
-    at = {c: i for i, c in enumerate(chosen)}
-    up: list[int] = []          # each chosen node's parent, as a position in ``chosen`` (-1: root)
-    for c in chosen:
-        p = parents[c]
-        if p == -1:
-            up.append(-1)
-        elif p in at:
-            up.append(at[p])
-        else:
-            raise TreeError(f"prefix is not a tree: candidate {c} is placed without its parent")
-    rows, row_parent = depth_first_rows(up)
-    cand_of_row = [chosen[i] for i in rows]
-    n = len(cand_of_row) + 1
-    if n > max_rows:
-        raise TreeError(f"tree of {n} rows is wider than the widest verify ({max_rows} rows)")
+    keep = min(max(0, n_rows - 1), len(order))
+    if keep + 1 > max_rows:
+        raise TreeError(f"tree of {keep + 1} rows is wider than the widest verify ({max_rows} "
+                        "rows)")
+    pa = parent_arr if parent_arr is not None else np.asarray(parents, dtype=np.int64)
+    chosen = np.asarray(order[:keep], dtype=np.int64)
+    cand_of_row, row_parent, bad = _prefix_rows(pa, chosen)
+    if bad >= 0:
+        raise TreeError(f"prefix is not a tree: candidate {bad} is placed without its parent")
+    cands = cand_of_row.tolist()
     # a depth-first layout lists every parent before its children: make_tree's checks hold
-    toks = tuple(map(int, (anchor, *(tokens[c] for c in cand_of_row))))
-    srcs = ("anchor", *(sources[c] for c in cand_of_row)) if sources else ()
-    return Tree(toks, (-1, *row_parent), srcs), cand_of_row
+    toks = (int(anchor), *np.asarray(tokens, dtype=np.int64)[cand_of_row].tolist())
+    srcs = ("anchor", *(sources[c] for c in cands)) if sources else ()
+    return Tree(toks, (-1, *row_parent.tolist()), srcs), cands
+
+
+@kernel
+def _prefix_rows(parent: np.ndarray, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`prefix_tree`'s layout: the chosen candidates in depth-first row order and each
+    row's parent row, and the first chosen candidate whose parent is not chosen (-1: none)."""
+    keep = chosen.shape[0]
+    pos = np.full(parent.shape[0], -1, dtype=np.int64)
+    for i in range(keep):
+        pos[chosen[i]] = i
+    up = np.empty(keep, dtype=np.int64)
+    for i in range(keep):
+        p = parent[chosen[i]]
+        if p == -1:
+            up[i] = -1
+        elif pos[p] >= 0:
+            up[i] = pos[p]
+        else:
+            return chosen, chosen, chosen[i]
+    rows, row_parent = _depth_first(up)
+    out = np.empty(keep, dtype=np.int64)
+    for r in range(keep):
+        out[r] = chosen[rows[r]]
+    return out, row_parent, -1
 
 
 def depth_first(ids: Sequence[int], parent_ids: Sequence[int]) -> list[int]:
@@ -212,23 +258,49 @@ def depth_first(ids: Sequence[int], parent_ids: Sequence[int]) -> list[int]:
 def depth_first_rows(up: Sequence[int]) -> tuple[list[int], list[int]]:
     """:func:`depth_first` on positions: node ``i``'s parent is node ``up[i]`` (``-1``: a child of
     the anchor, row 0). Returns the nodes in row order (row ``r + 1`` holds ``out[r]``) and the row
-    of each one's parent."""
-    kids: list[list[int]] = [[] for _ in up]
-    roots: list[int] = []
-    for i, p in enumerate(up):
-        (roots if p == -1 else kids[p]).append(i)
-    out: list[int] = []
-    row_parent: list[int] = []
-    row_of = [0] * len(up)
-    stack = roots[::-1]
-    while stack:
-        i = stack.pop()
-        out.append(i)
-        row_of[i] = len(out)
+    of each one's parent (:func:`_depth_first`)."""
+    rows, row_parent = _depth_first(np.asarray(up, dtype=np.int64).reshape(-1))
+    return rows.tolist(), row_parent.tolist()
+
+
+@kernel
+def _depth_first(up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Preorder over the forest ``up`` (parents first), children in index order: each node's
+    children and the roots are linked lists in index order, walked with a stack of the siblings
+    still to visit."""
+    n = up.shape[0]
+    first = np.full(n, -1, dtype=np.int64)   # a node's first child
+    nxt = np.full(n, -1, dtype=np.int64)     # a node's next sibling
+    root = -1
+    for i in range(n - 1, -1, -1):
         p = up[i]
-        row_parent.append(0 if p == -1 else row_of[p])
-        if kids[i]:
-            stack.extend(reversed(kids[i]))
+        if p == -1:
+            nxt[i] = root
+            root = i
+        else:
+            nxt[i] = first[p]
+            first[p] = i
+    out = np.empty(n, dtype=np.int64)
+    row_parent = np.empty(n, dtype=np.int64)
+    row_of = np.zeros(n, dtype=np.int64)
+    stack = np.empty(n + 1, dtype=np.int64)
+    sp = 0
+    r = 0
+    cur = root
+    while cur != -1:
+        out[r] = cur
+        r += 1
+        row_of[cur] = r
+        row_parent[r - 1] = 0 if up[cur] == -1 else row_of[up[cur]]
+        if first[cur] != -1:
+            stack[sp] = nxt[cur]
+            sp += 1
+            cur = first[cur]
+        else:
+            cur = nxt[cur]
+            while cur == -1 and sp > 0:
+                sp -= 1
+                cur = stack[sp]
     return out, row_parent
 
 

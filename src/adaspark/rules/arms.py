@@ -104,4 +104,8 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
     if block_positions is None and rule.uses_drafter:
         raise ConfigError(f"drafter {drafter_cfg.name} (kind {drafter_cfg.kind}) has no "
                           f"block_positions: set {drafter_key(arm)}.block_positions=B")
+    if rule.uses_drafter:   # the scheduler's kernels, compiled or loaded before any timed round
+        from adaspark.rules.adaspark.simulator import warm_kernels
+
+        warm_kernels()
     return Parts(target, rule, drafter, block_positions or 1, models)

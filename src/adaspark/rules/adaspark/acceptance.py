@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from adaspark.decoding.candidates import NGRAM, PICK, CandidateSet
+from adaspark.decoding.candidates import CandidateArrays, CandidateSet
+from adaspark.jit import kernel
 from adaspark.rules.adaspark.config import AcceptanceConfig
 from adaspark.rules.adaspark.features import Features, logit
 from adaspark.rules.adaspark.ngram import EVIDENCE_NAMES, run_class
@@ -53,6 +54,7 @@ CONTRA_SIB = CONTRA_PICK + N_EVIDENCE
 N_COEF = CONTRA_SIB + N_EVIDENCE
 
 
+@kernel
 def bucket(evidence: int, run: int, run_edges: tuple[int, int]) -> int:
     return evidence * N_RUN + run_class(run, run_edges)
 
@@ -68,12 +70,13 @@ def bucket_name(coef: int) -> str:
     return f"{kind}/{EVIDENCE_NAMES[b // N_RUN]}/r{('0', '1-2', '3+')[b % N_RUN]}"
 
 
-def shift(q: np.ndarray | float, b: float) -> Any:
-    """``sigmoid(logit(q) + b)``, written so 0 and 1 stay fixed."""
+@kernel
+def shift(q: Any, b: float) -> Any:
+    """``sigmoid(logit(q) + b)``, written so 0 and 1 stay fixed (``q`` a float or an array)."""
     if b == 0.0:
         return q
-    w = np.asarray(q) * math.exp(b)
-    return w / (w + 1.0 - np.asarray(q))
+    w = q * math.exp(b)
+    return w / (w + 1.0 - q)
 
 
 def prior_coefficients(cfg: AcceptanceConfig) -> np.ndarray:
@@ -89,49 +92,110 @@ def prior_coefficients(cfg: AcceptanceConfig) -> np.ndarray:
 class RoundTerms:
     """What the model reads about one round's candidates: the drafter positions' features, the
     sparse bucket terms and the fixed ``base`` of each n-gram, agreed or contradicted node
-    (Eq. 6), computed once per round."""
+    (Eq. 6), computed once per round (:func:`bucket_terms`): ``coef_all`` every candidate's bucket
+    coefficient (-1: none) and ``base_all`` its fixed score; ``idx``, ``coef`` and ``base`` the
+    same for the nodes that have one (ascending)."""
 
-    __slots__ = ("base", "coef", "features", "idx", "u")
+    __slots__ = ("base_all", "coef_all", "features", "u")
 
     def __init__(self, tree: CandidateSet, features: Features, context: int,
-                 cfg: AcceptanceConfig, unit: float) -> None:
+                 cfg: AcceptanceConfig, unit: float, arrays: CandidateArrays | None = None) -> None:
         self.features = features
         self.u = context / unit
-        idx: list[int] = []
-        coef: list[int] = []
-        base: list[float] = []
-        edges = cfg.run_edges
-        eps = cfg.logit_eps
-        for j in (*sorted(tree.marked), *range(tree.n_drafted, len(tree))):
-            kind = tree.kind[j]
-            if kind == NGRAM:
-                idx.append(j)
-                coef.append(NEW + bucket(tree.evidence[j], tree.run[j], edges))
-                base.append(logit(tree.src_p[j], eps))
-            elif tree.agreed[j]:
-                idx.append(j)
-                off = AGREED_PICK if kind == PICK else AGREED_SIB
-                coef.append(off + bucket(tree.evidence[j], tree.run[j], edges))
-                base.append(max(0.0, logit(tree.src_p[j], eps)))
-            elif tree.contra[j] >= 0:
-                idx.append(j)
-                off = CONTRA_PICK if kind == PICK else CONTRA_SIB
-                coef.append(off + tree.contra[j])
-                base.append(-max(0.0, logit(tree.src_p[j], eps)))
-        self.idx = np.asarray(idx, dtype=np.int64)
-        self.coef = np.asarray(coef, dtype=np.int64)
-        self.base = np.asarray(base, dtype=np.float64)
+        a = arrays if arrays is not None else tree.arrays()
+        e0, e1 = cfg.run_edges
+        self.coef_all, self.base_all = bucket_terms(a.kind, a.agreed, a.evidence, a.run, a.contra,
+                                              a.src_p, cfg.logit_eps, e0, e1)
+
+    @classmethod
+    def of(cls, features: Features, u: float, coef_all: np.ndarray,
+           base_all: np.ndarray) -> RoundTerms:
+        """Terms :func:`bucket_terms` already computed (the rule's round kernel)."""
+        t = cls.__new__(cls)
+        t.features, t.u, t.coef_all, t.base_all = features, u, coef_all, base_all
+        return t
+
+    @property
+    def idx(self) -> np.ndarray:
+        return np.flatnonzero(self.coef_all >= 0)
+
+    @property
+    def coef(self) -> np.ndarray:
+        return self.coef_all[self.idx]
+
+    @property
+    def base(self) -> np.ndarray:
+        return self.base_all[self.idx]
 
     def coef_of(self) -> dict[int, int]:
         return dict(zip(self.idx.tolist(), self.coef.tolist(), strict=True))
 
 
+@kernel
+def bucket_terms(kind: np.ndarray, agreed: np.ndarray, evidence: np.ndarray, run: np.ndarray,
+           contra: np.ndarray, src_p: np.ndarray, eps: float, e0: int,
+           e1: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate its bucket coefficient (-1: none) and fixed score: an n-gram node's
+    ``NEW + bucket`` and ``logit p_src``; an agreed drafter node's agreed bucket and
+    ``max(0, logit p_src)``; a contradicted one's evidence class and ``-max(0, logit p_src)``."""
+    n = kind.shape[0]
+    coef = np.full(n, -1, dtype=np.int64)
+    base = np.zeros(n)
+    for j in range(n):
+        k = kind[j]
+        bucket_j = bucket(evidence[j], run[j], (e0, e1))
+        if k == 2:   # n-gram
+            coef[j] = NEW + bucket_j
+            base[j] = logit(src_p[j], eps)
+        elif agreed[j]:
+            coef[j] = (AGREED_PICK if k == 0 else AGREED_SIB) + bucket_j
+            base[j] = max(0.0, logit(src_p[j], eps))
+        elif contra[j] >= 0:
+            coef[j] = (CONTRA_PICK if k == 0 else CONTRA_SIB) + contra[j]
+            base[j] = -max(0.0, logit(src_p[j], eps))
+    return coef, base
+
+
+@kernel
 def softmax_by_parent(scores: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Eq. (6)'s normalisation: each parent's candidates and *none* in one softmax."""
-    e = np.exp(np.minimum(np.maximum(scores, -60.0), 60.0))  # np.clip's values, faster
-    grp = parent + 1
-    denom = 1.0 + np.bincount(grp, weights=e, minlength=len(scores) + 1)
-    return e / denom[grp]
+    """Eq. (6)'s normalisation, each parent's candidates and *none* in one softmax:
+    ``q_j = e_j / (1 + sum of e over j's parent's candidates)``, ``e = exp(clip(s, +-60))``,
+    each parent's sum accumulated in index order."""
+    n = scores.shape[0]
+    e = np.empty(n)
+    sums = np.zeros(n + 1)
+    for j in range(n):
+        x = scores[j]
+        x = -60.0 if x < -60.0 else 60.0 if x > 60.0 else x
+        e[j] = math.exp(x)
+        sums[parent[j] + 1] += e[j]
+    q = np.empty(n)
+    for j in range(n):
+        q[j] = e[j] / (1.0 + sums[parent[j] + 1])
+    return q
+
+
+@kernel
+def eq6_scores(w: np.ndarray, b: float, u: float, lh: np.ndarray, ls: np.ndarray,
+            logr: np.ndarray, D: int, K: int, coef: np.ndarray,
+            base: np.ndarray) -> np.ndarray:
+    """:meth:`AcceptanceModel.scores` (Eq. 6 before its softmax)."""
+    n = coef.shape[0]
+    s = np.zeros(n)
+    if D:
+        for i in range(D // K):
+            depth = w[DEPTH] * float(i)
+            common = w[A_SIB + 2] * lh[i] + w[A_SIB + 3] * ls[i] + depth
+            s[i * K] = w[A_PICK] + w[A_PICK + 1] * lh[i] + w[A_PICK + 2] * ls[i] + depth
+            for k in range(1, K):
+                s[i * K + k] = w[A_SIB] + w[A_SIB + 1] * logr[i, k] + common
+    add = w[CONTEXT] * u + b
+    for j in range(n):
+        s[j] += add
+    for j in range(n):
+        if coef[j] >= 0:
+            s[j] += w[coef[j]] + base[j]
+    return s
 
 
 class AcceptanceModel:
@@ -140,19 +204,42 @@ class AcceptanceModel:
 
     def __init__(self, cfg: AcceptanceConfig) -> None:
         self.cfg = cfg
-        self.prior: list[float] = prior_coefficients(cfg).tolist()
-        self.w: list[float] = list(self.prior)
-        self.z = [0.0] * N_COEF
-        self.n = [0.0] * N_COEF
-        self.m = [0.0] * N_COEF
-        self.labels = [0] * N_COEF
-        self._w_arr: np.ndarray | None = None
-        self.guard = [0.0, 0.0]      # decayed log loss: fitted model, head-based estimate
+        # float64 and int64 arrays: the learning kernels update them in place
+        self.prior = prior_coefficients(cfg)
+        self.w = self.prior.copy()
+        self.z = np.zeros(N_COEF)
+        self.n = np.zeros(N_COEF)
+        self.m = np.zeros(N_COEF)
+        self.labels = np.zeros(N_COEF, dtype=np.int64)
+        self.guard = np.zeros(2)     # decayed log loss: fitted model, head-based estimate
         self.seen = 0                # labelled parents
-        self.b = 0.0
-        self.b_g2 = 0.0
         self._keep = 0.5 ** (1.0 / cfg.guard_half_life)
+        #: the intercept b, its AdaGrad sum and the guard's decay (the kernels update it)
+        self.state = np.array([0.0, 0.0, self._keep])
         self._gate_updates = cfg.gate_counts == "updates"
+        c = cfg
+        #: the learning kernels' constants, in their order (:func:`_learn_group`)
+        self.constants = (c.drafter_ftrl_rate, c.ngram_bucket_ftrl_rate, c.squared_gradient_cap,
+                          c.prior_gate, c.drafter_ftrl_stabiliser, c.drafter_l2,
+                          self._gate_updates, c.intercept_squared_gradient_cap,
+                          c.intercept_adagrad_rate, c.adagrad_stabiliser, c.intercept_band)
+
+    @property
+    def b(self) -> float:
+        """The per-request intercept."""
+        return float(self.state[0])
+
+    @b.setter
+    def b(self, v: float) -> None:
+        self.state[0] = v
+
+    @property
+    def b_g2(self) -> float:
+        return float(self.state[1])
+
+    @b_g2.setter
+    def b_g2(self, v: float) -> None:
+        self.state[1] = v
 
     # -- pricing ----------------------------------------------------------------------------
 
@@ -161,35 +248,21 @@ class AcceptanceModel:
         return self.guard[0] < self.guard[1]
 
     def weights(self) -> np.ndarray:
-        if self._w_arr is None:
-            self._w_arr = np.asarray(self.w, dtype=np.float64)
-        return self._w_arr
+        return self.w
 
     def scores(self, tree: CandidateSet, terms: RoundTerms) -> np.ndarray:
-        w = self.w   # Python floats: the same products as the array's, without its indexing
-        B, D = tree.B, tree.n_drafted
+        """Eq. (6)'s scores ``s_j`` of every candidate (:func:`eq6_scores`)."""
         f = terms.features
-        n = len(tree)
-        if D:
-            depth = w[DEPTH] * np.arange(B, dtype=np.float64)
-            common = w[A_SIB + 2] * f.lh + w[A_SIB + 3] * f.ls + depth
-            blk = w[A_SIB] + w[A_SIB + 1] * f.logr + common[:, None]
-            blk[:, 0] = w[A_PICK] + w[A_PICK + 1] * f.lh + w[A_PICK + 2] * f.ls + depth
-            if n == D:   # the block alone: its scores are the array itself
-                s = blk.reshape(D)
-            else:
-                s = np.zeros(n)
-                s[:D] = blk.ravel()
-        else:
-            s = np.zeros(n)
-        s += w[CONTEXT] * terms.u + self.b
-        if len(terms.idx):
-            s[terms.idx] += self.weights()[terms.coef] + terms.base
-        return s
+        K = max(tree.K, 1)
+        logr = np.asarray(f.logr, dtype=np.float64).reshape(tree.B, K) if tree.B else \
+            np.zeros((0, K))
+        return eq6_scores(self.w, self.b, terms.u, np.asarray(f.lh, dtype=np.float64),
+                       np.asarray(f.ls, dtype=np.float64), logr, tree.n_drafted, K,
+                       terms.coef_all, terms.base_all)
 
     def probabilities(self, tree: CandidateSet, terms: RoundTerms,
                       parent: np.ndarray) -> np.ndarray:
-        return softmax_by_parent(self.scores(tree, terms), parent)
+        return softmax_by_parent(self.scores(tree, terms), np.asarray(parent, dtype=np.int64))
 
     # -- learning ---------------------------------------------------------------------------
 
@@ -211,102 +284,28 @@ class AcceptanceModel:
             w' = prior - (z' - sign(z') gate) / ((beta + sqrt(n')) / rate + l2)   else
 
         and the intercept one AdaGrad step ``b' = clamp(b - rate_b gb / (beta_b +
-        sqrt(min(G + gb^2, cap_b))))`` on ``gb = sum_j (q_j - y_j)``. Written with local
-        variables: a round takes about 40 such steps."""
-        K, D = tree.K, tree.n_drafted
-        w, z_, n_, m_, prior_, labels = self.w, self.z, self.n, self.m, self.prior, self.labels
-        c = self.cfg
-        rate_d, rate_b = c.drafter_ftrl_rate, c.ngram_bucket_ftrl_rate
-        cap, gate_k = c.squared_gradient_cap, c.prior_gate
-        beta, l2 = c.drafter_ftrl_stabiliser, c.drafter_l2
-        gate_updates = self._gate_updates
-        b, b_g2 = self.b, self.b_g2
-        b_cap, b_rate = c.intercept_squared_gradient_cap, c.intercept_adagrad_rate
-        b_beta, band = c.adagrad_stabiliser, c.intercept_band
-        sqrt, copysign, finite = math.sqrt, math.copysign, math.isfinite
-        for group, label in groups:
-            # the gradient of each fixed coefficient, and how many candidates read it
-            gp0 = gp1 = gp2 = gs0 = gs1 = gs2 = gs3 = g_dep = g_ctx = gb = 0.0
-            n_pick = n_sib = n_dep = n_ctx = 0
-            g_bucket: dict[int, float] = {}
-            for j in group:
-                d = q[j] - (1.0 if j == label else 0.0)
-                gb += d
-                if j < D:
-                    i = j // K
-                    k = j - i * K
-                    if k == 0:
-                        gp0 += d
-                        gp1 += d * lh[i]
-                        gp2 += d * ls[i]
-                        n_pick += 1
-                    else:
-                        gs0 += d
-                        gs1 += d * logr[i][k]
-                        gs2 += d * lh[i]
-                        gs3 += d * ls[i]
-                        n_sib += 1
-                    if i:
-                        g_dep += d * i
-                        n_dep += 1
-                if u:
-                    g_ctx += d * u
-                    n_ctx += 1
-                cb = coef_of.get(j)
-                if cb is not None:
-                    g_bucket[cb] = g_bucket.get(cb, 0.0) + d
-                    labels[cb] += 1
-            steps: list[tuple[int, float]] = []   # (coefficient, gradient), each at most once
-            if n_pick:
-                steps += ((A_PICK, gp0), (A_PICK + 1, gp1), (A_PICK + 2, gp2))
-                labels[A_PICK] += n_pick
-                labels[A_PICK + 1] += n_pick
-                labels[A_PICK + 2] += n_pick
-            if n_sib:
-                steps += ((A_SIB, gs0), (A_SIB + 1, gs1), (A_SIB + 2, gs2), (A_SIB + 3, gs3))
-                labels[A_SIB] += n_sib
-                labels[A_SIB + 1] += n_sib
-                labels[A_SIB + 2] += n_sib
-                labels[A_SIB + 3] += n_sib
-            if n_dep:
-                steps.append((DEPTH, g_dep))
-                labels[DEPTH] += n_dep
-            if n_ctx:
-                steps.append((CONTEXT, g_ctx))
-                labels[CONTEXT] += n_ctx
-            if g_bucket:
-                steps += g_bucket.items()
-            for i, g in steps:
-                if not finite(g):
-                    continue
-                rate = rate_b if i >= NEW else rate_d
-                prior = prior_[i]
-                n_old = n_[i]
-                n_new = n_old + g * g
-                if n_new > cap:
-                    n_new = cap
-                sq_new = sqrt(n_new)
-                zi = z_[i] + g - (sq_new - sqrt(n_old)) / rate * (w[i] - prior)
-                z_[i] = zi
-                n_[i] = n_new
-                m = m_[i] + 1.0
-                m_[i] = m
-                gate = gate_k * (sqrt(m) if gate_updates else sq_new)
-                if abs(zi) <= gate:
-                    w[i] = prior
-                else:
-                    w[i] = prior - (zi - copysign(gate, zi)) / ((beta + sq_new) / rate + l2)
-            if finite(gb):
-                b_g2 = min(b_g2 + gb * gb, b_cap)
-                b = b - b_rate * gb / (b_beta + sqrt(b_g2))
-                b = -band if b < -band else band if b > band else b
-        self.b, self.b_g2 = b, b_g2
-        self._w_arr = None
+        sqrt(min(G + gb^2, cap_b))))`` on ``gb = sum_j (q_j - y_j)``: :func:`_learn_group`."""
+        n = len(tree)
+        members = np.asarray([j for g, _ in groups for j in g], dtype=np.int64)
+        starts = np.cumsum([0, *(len(g) for g, _ in groups)]).astype(np.int64)
+        label = np.asarray([-1 if y is None else y for _, y in groups], dtype=np.int64)
+        coef = np.full(n, -1, dtype=np.int64)
+        for j, c in coef_of.items():
+            coef[j] = c
+        qa = np.asarray(q, dtype=np.float64)
+        la, sa = np.asarray(lh, dtype=np.float64), np.asarray(ls, dtype=np.float64)
+        ra = np.asarray(logr, dtype=np.float64).reshape(max(tree.B, 0), -1) if tree.B else \
+            np.zeros((0, max(tree.K, 1)))
+        for k in range(len(label)):
+            _learn_group(members[starts[k]:starts[k + 1]], int(label[k]), qa, coef, u,
+                         tree.n_drafted, max(tree.K, 1), la, sa, ra, self.w, self.z, self.n,
+                         self.m, self.prior, self.labels, self.state, *self.constants)
 
     def score_guard(self, loss_model: float, loss_head: float) -> None:
         """One labelled parent's log loss under both estimates, before either learns."""
         k = self._keep
-        self.guard = [self.guard[0] * k + loss_model, self.guard[1] * k + loss_head]
+        self.guard[0] = self.guard[0] * k + loss_model
+        self.guard[1] = self.guard[1] * k + loss_head
         self.seen += 1
 
     def begin_request(self) -> None:
@@ -319,22 +318,21 @@ class AcceptanceModel:
     # -- the store --------------------------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:
-        return {"prior": list(self.prior), "w": list(self.w), "z": list(self.z),
-                "n": list(self.n), "m": list(self.m), "labels": list(self.labels),
-                "guard": list(self.guard), "seen": self.seen}
+        return {"prior": self.prior.tolist(), "w": self.w.tolist(), "z": self.z.tolist(),
+                "n": self.n.tolist(), "m": self.m.tolist(), "labels": self.labels.tolist(),
+                "guard": self.guard.tolist(), "seen": self.seen}
 
     def load_state(self, s: dict[str, Any]) -> None:
         if len(s["w"]) != N_COEF:
             raise ValueError(f"stored acceptance model has {len(s['w'])} coefficients, "
                              f"this one {N_COEF}")
-        self.prior = [float(x) for x in s["prior"]]
-        self.w = [float(x) for x in s["w"]]
-        self.z = [float(x) for x in s["z"]]
-        self.n = [float(x) for x in s["n"]]
-        self.m = [float(x) for x in s["m"]]
-        self.labels = [int(x) for x in s["labels"]]
-        self._w_arr = None
-        self.guard = [float(x) for x in s["guard"]]
+        self.prior = np.asarray(s["prior"], dtype=np.float64)
+        self.w = np.asarray(s["w"], dtype=np.float64)
+        self.z = np.asarray(s["z"], dtype=np.float64)
+        self.n = np.asarray(s["n"], dtype=np.float64)
+        self.m = np.asarray(s["m"], dtype=np.float64)
+        self.labels = np.asarray(s["labels"], dtype=np.int64)
+        self.guard = np.asarray(s["guard"], dtype=np.float64)
         self.seen = int(s["seen"])
 
 
@@ -344,42 +342,36 @@ class HeadEstimate:
 
     def __init__(self, cfg: AcceptanceConfig) -> None:
         self.cfg = cfg
-        self.b = 0.0
-        self.g2 = 0.0
+        self.state = np.zeros(2)   # the offset b and its AdaGrad sum (the kernels update it)
+        self.constants = (cfg.head_offset_adagrad_rate, cfg.adagrad_stabiliser,
+                          cfg.head_offset_band)
+
+    @property
+    def b(self) -> float:
+        return float(self.state[0])
+
+    @property
+    def g2(self) -> float:
+        return float(self.state[1])
 
     def begin_request(self) -> None:
-        self.b = 0.0
-        self.g2 = 0.0
+        self.state[:] = 0.0
 
     def apply(self, q: np.ndarray) -> np.ndarray:
         return shift(q, self.b)
 
     def observe(self, q_raw: Sequence[float], accepted: Sequence[bool]) -> None:
         """AdaGrad steps on labelled nodes, in order: raw estimates ``q_raw`` (outside [0, 1]:
-        skipped) and whether each was the target's pick."""
-        c = self.cfg
-        b, g2 = self.b, self.g2
-        rate, beta, band = c.head_offset_adagrad_rate, c.adagrad_stabiliser, c.head_offset_band
-        exp, sqrt = math.exp, math.sqrt
+        skipped) and whether each was the target's pick (:func:`_head_step`)."""
         for q, y in zip(q_raw, accepted, strict=True):
-            if not 0.0 <= q <= 1.0:
-                continue
-            if b == 0.0:
-                qs = q
-            else:
-                wq = q * exp(b)
-                qs = wq / (wq + 1.0 - q)
-            g = qs - (1.0 if y else 0.0)
-            g2 += g * g
-            b = b - rate * g / (beta + sqrt(g2))
-            b = -band if b < -band else band if b > band else b   # clamp, as min(max())
-        self.b, self.g2 = b, g2
+            _head_step(self.state, float(q), bool(y), *self.constants)
 
 
 def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bonus: int,
-                q_head: list[float], head_raw: list[float], q_model: list[float] | None,
-                terms: RoundTerms | None, placed: set[int], model: AcceptanceModel | None,
-                head: HeadEstimate | None, offset_all: bool) -> tuple[int, float, float]:
+                q_head: Sequence[float], head_raw: Sequence[float],
+                q_model: Sequence[float] | None, terms: RoundTerms | None, placed: set[int],
+                model: AcceptanceModel | None, head: HeadEstimate | None, offset_all: bool,
+                parent: np.ndarray | None = None) -> tuple[int, float, float]:
     """Algorithm 1, line 17: every candidate of every accepted parent (the anchor and the
     ``accepted`` candidates; placed or not) is labelled by the target's pick after it (the next
     accepted candidate's token, or the ``bonus`` token last). Per parent the guard scores both
@@ -390,50 +382,262 @@ def learn_round(cands: CandidateSet, features: Features, accepted: list[int], bo
 
     A parent's log loss is ``sum_j -log(x_j)`` over its candidates in index order, ``x_j = q_j``
     for the one carrying the pick and ``1 - q_j`` otherwise, ``q_j`` clipped to
-    ``[1e-12, 1 - 1e-12]``."""
-    parents = [-1, *accepted]
-    tokens = cands.tokens
-    picks = [tokens[j] for j in accepted] + [int(bonus)]
-    groups = cands.children_of(parents)
+    ``[1e-12, 1 - 1e-12]``. The work is :func:`_learn_round`'s (``parent``: the candidates'
+    parents as an array, when the caller has it)."""
     fitted = model is not None and q_model is not None
-    log = math.log
+    mdl = model if fitted else None
+    if terms is not None and fitted:
+        coef = terms.coef_all
+    else:
+        coef = np.full(len(cands), -1, dtype=np.int64)
+    if head is not None and not offset_all:
+        mark = np.zeros(len(cands), dtype=np.bool_)
+        mark[list(placed)] = True
+    else:
+        mark = _NOTHING_PLACED   # not read
+    f = features
+    buf = cands.buffers()
+    n = len(cands)
+    n_lab, loss_m, loss_h, n_parents = _learn_round(
+        buf["tokens"][:n], parent if parent is not None else buf["parent"][:n],
+        cands.n_drafted, max(cands.K, 1), cands.B,
+        np.asarray(accepted, dtype=np.int64), int(bonus),
+        np.asarray(q_head, dtype=np.float64), np.asarray(head_raw, dtype=np.float64),
+        np.asarray(q_model, dtype=np.float64) if fitted else _NO_Q,
+        fitted, coef, terms.u if terms is not None else 0.0,
+        np.asarray(f.lh, dtype=np.float64), np.asarray(f.ls, dtype=np.float64),
+        np.asarray(f.logr, dtype=np.float64).reshape(cands.B, -1) if cands.B else
+        np.zeros((0, 1)),
+        head is not None, offset_all, mark,
+        *((mdl.w, mdl.z, mdl.n, mdl.m, mdl.prior, mdl.labels, mdl.guard, mdl.state)
+          if mdl is not None else _NO_MODEL),
+        head.state if head is not None else np.zeros(2),
+        *(mdl.constants if mdl is not None else _NO_CONSTANTS),
+        *(head.constants if head is not None else (0.0, 1.0, 0.0)))
+    if mdl is not None:
+        mdl.seen += int(n_parents)
+    return int(n_lab), float(loss_m), float(loss_h)
+
+
+_NOTHING_PLACED = np.zeros(0, dtype=np.bool_)
+_NO_Q = np.zeros(0)
+_NO_MODEL = (np.zeros(N_COEF), np.zeros(N_COEF), np.zeros(N_COEF), np.zeros(N_COEF),
+             np.zeros(N_COEF), np.zeros(N_COEF, dtype=np.int64), np.zeros(2), np.zeros(3))
+_NO_CONSTANTS = (1.0, 1.0, 1.0, 1.0, 1.0, 0.0, False, 1.0, 0.0, 1.0, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The learning kernels (adaspark.jit): the same steps, in the same order, as the definitions in
+# the docstrings above
+
+
+@kernel
+def _ftrl_step(i: int, g: float, rate: float, w: np.ndarray, z: np.ndarray, nn: np.ndarray,
+               m: np.ndarray, prior: np.ndarray, cap: float, gate_k: float, gate_updates: bool,
+               beta: float, l2: float) -> None:
+    """One gated FTRL-Proximal step of coefficient ``i`` on gradient ``g``
+    (:meth:`AcceptanceModel.learn_groups`)."""
+    if not math.isfinite(g):
+        return
+    p = prior[i]
+    n_old = nn[i]
+    n_new = n_old + g * g
+    if n_new > cap:
+        n_new = cap
+    sq_new = math.sqrt(n_new)
+    zi = z[i] + g - (sq_new - math.sqrt(n_old)) / rate * (w[i] - p)
+    z[i] = zi
+    nn[i] = n_new
+    mi = m[i] + 1.0
+    m[i] = mi
+    gate = gate_k * (math.sqrt(mi) if gate_updates else sq_new)
+    if abs(zi) <= gate:
+        w[i] = p
+    else:
+        w[i] = p - (zi - math.copysign(gate, zi)) / ((beta + sq_new) / rate + l2)
+
+
+@kernel
+def _learn_group(group: np.ndarray, label: int, q: np.ndarray, coef: np.ndarray, u: float,
+                 D: int, K: int, lh: np.ndarray, ls: np.ndarray, logr: np.ndarray,
+                 w: np.ndarray, z: np.ndarray, nn: np.ndarray, m: np.ndarray,
+                 prior: np.ndarray, labels: np.ndarray, b_state: np.ndarray,
+                 rate_d: float, rate_b: float, cap: float, gate_k: float, beta: float,
+                 l2: float, gate_updates: bool, b_cap: float, b_rate: float, b_beta: float,
+                 band: float) -> None:
+    """One labelled parent's group: the gradients of every coefficient its candidates read,
+    one FTRL step each (a coefficient is stepped once, whatever its order among the others),
+    then the intercept's AdaGrad step (``b_state``: ``[b, G]``)."""
+    gp0 = gp1 = gp2 = gs0 = gs1 = gs2 = gs3 = g_dep = g_ctx = gb = 0.0
+    n_pick = n_sib = n_dep = n_ctx = 0
+    g_bucket = np.zeros(N_COEF)
+    touched = np.zeros(N_COEF, dtype=np.bool_)
+    for t in range(group.shape[0]):
+        j = group[t]
+        d = q[j] - (1.0 if j == label else 0.0)
+        gb += d
+        if j < D:
+            i = j // K
+            k = j - i * K
+            if k == 0:
+                gp0 += d
+                gp1 += d * lh[i]
+                gp2 += d * ls[i]
+                n_pick += 1
+            else:
+                gs0 += d
+                gs1 += d * logr[i, k]
+                gs2 += d * lh[i]
+                gs3 += d * ls[i]
+                n_sib += 1
+            if i:
+                g_dep += d * i
+                n_dep += 1
+        if u:
+            g_ctx += d * u
+            n_ctx += 1
+        cb = coef[j]
+        if cb >= 0:
+            g_bucket[cb] += d
+            touched[cb] = True
+            labels[cb] += 1
+    args = (w, z, nn, m, prior, cap, gate_k, gate_updates, beta, l2)
+    if n_pick:
+        _ftrl_step(A_PICK, gp0, rate_d, *args)
+        _ftrl_step(A_PICK + 1, gp1, rate_d, *args)
+        _ftrl_step(A_PICK + 2, gp2, rate_d, *args)
+        for i in range(A_PICK, A_PICK + 3):
+            labels[i] += n_pick
+    if n_sib:
+        _ftrl_step(A_SIB, gs0, rate_d, *args)
+        _ftrl_step(A_SIB + 1, gs1, rate_d, *args)
+        _ftrl_step(A_SIB + 2, gs2, rate_d, *args)
+        _ftrl_step(A_SIB + 3, gs3, rate_d, *args)
+        for i in range(A_SIB, A_SIB + 4):
+            labels[i] += n_sib
+    if n_dep:
+        _ftrl_step(DEPTH, g_dep, rate_d, *args)
+        labels[DEPTH] += n_dep
+    if n_ctx:
+        _ftrl_step(CONTEXT, g_ctx, rate_d, *args)
+        labels[CONTEXT] += n_ctx
+    for cb in range(N_COEF):
+        if touched[cb]:
+            _ftrl_step(cb, g_bucket[cb], rate_b if cb >= NEW else rate_d, *args)
+    if math.isfinite(gb):
+        b_g2 = min(b_state[1] + gb * gb, b_cap)
+        b = b_state[0] - b_rate * gb / (b_beta + math.sqrt(b_g2))
+        b_state[0] = -band if b < -band else band if b > band else b
+        b_state[1] = b_g2
+
+
+@kernel
+def _head_step(state: np.ndarray, q: float, y: bool, rate: float, beta: float,
+               band: float) -> None:
+    """One AdaGrad step of the head offset (``state``: ``[b, G]``) on a node of raw estimate
+    ``q`` (outside [0, 1]: skipped): gradient ``sigmoid(logit q + b) - y``."""
+    if not 0.0 <= q <= 1.0:
+        return
+    b = state[0]
+    if b == 0.0:
+        qs = q
+    else:
+        wq = q * math.exp(b)
+        qs = wq / (wq + 1.0 - q)
+    g = qs - (1.0 if y else 0.0)
+    g2 = state[1] + g * g
+    b = b - rate * g / (beta + math.sqrt(g2))
+    state[0] = -band if b < -band else band if b > band else b   # clamp, as min(max())
+    state[1] = g2
+
+
+@kernel
+def _group_of(parent_node: int, parent: np.ndarray, D: int, K: int, B: int,
+              out: np.ndarray) -> int:
+    """Every candidate of ``parent_node`` (-1: the anchor), placed or not, in index order, into
+    ``out``: its drafter children (one block row, ``CandidateSet.drafter_children``), then the
+    n-gram nodes below it. Returns how many."""
+    n = 0
+    lo = hi = 0
+    if parent_node == -1:
+        if B > 0:
+            lo, hi = 0, K
+    elif parent_node < D and parent_node % K == 0:
+        i = parent_node // K + 1
+        if i < B:
+            lo, hi = i * K, (i + 1) * K
+    for j in range(lo, hi):
+        out[n] = j
+        n += 1
+    for j in range(D, parent.shape[0]):
+        if parent[j] == parent_node:
+            out[n] = j
+            n += 1
+    return n
+
+
+@kernel
+def _learn_round(tokens: np.ndarray, parent: np.ndarray, D: int, K: int, B: int,
+                 accepted: np.ndarray, bonus: int, q_head: np.ndarray, head_raw: np.ndarray,
+                 q_model: np.ndarray, fitted: bool, coef: np.ndarray, u: float,
+                 lh: np.ndarray, ls: np.ndarray, logr: np.ndarray, head_on: bool,
+                 offset_all: bool, placed: np.ndarray, w: np.ndarray, z: np.ndarray,
+                 nn: np.ndarray, m: np.ndarray, prior: np.ndarray, labels: np.ndarray,
+                 guard: np.ndarray, w_state: np.ndarray, h_state: np.ndarray, rate_d: float,
+                 rate_b: float, cap: float, gate_k: float, beta: float, l2: float,
+                 gate_updates: bool, b_cap: float, b_rate: float, b_beta: float, band: float,
+                 h_rate: float, h_beta: float, h_band: float) -> tuple[int, float, float, int]:
+    """:func:`learn_round`: the guard scores every labelled parent (``guard`` decayed by
+    ``w_state[2]``), the head offset steps on every labelled node in the round's order, then the
+    fitted model learns the groups in order. Returns the labelled nodes, both summed log
+    losses and the labelled parents."""
+    n = parent.shape[0]
+    n_par = accepted.shape[0] + 1
+    members = np.empty(n_par * n, dtype=np.int64)
+    starts = np.zeros(n_par + 1, dtype=np.int64)
+    label_of = np.full(n_par, -1, dtype=np.int64)
+    buf = np.empty(n, dtype=np.int64)
     lo, hi = 1e-12, 1.0 - 1e-12
-    n_lab, loss_m, loss_h = 0, 0.0, 0.0
-    labelled: list[tuple[list[int], int | None]] = []
-    offset_q: list[float] = []     # the head offset's labelled nodes, in the round's order
-    offset_y: list[bool] = []
-    for parent, pick in zip(parents, picks, strict=True):
-        group = groups[parent]
-        if not group:
+    n_lab = 0
+    loss_m = loss_h = 0.0
+    n_groups = 0
+    keep = w_state[2]
+    for k in range(n_par):
+        node = -1 if k == 0 else accepted[k - 1]
+        pick = tokens[accepted[k]] if k < n_par - 1 else bonus
+        cnt = _group_of(node, parent, D, K, B, buf)
+        if cnt == 0:
             continue
-        label = None
-        for j in group:
-            if tokens[j] == pick:
-                label = j
+        label = -1
+        for t in range(cnt):
+            if tokens[buf[t]] == pick:
+                label = buf[t]
                 break
         lh_ = lm = 0.0
-        for j in group:
+        for t in range(cnt):
+            j = buf[t]
             x = q_head[j]
             x = lo if x < lo else hi if x > hi else x
-            lh_ += -log(x) if j == label else -log(1.0 - x)
-            if q_model is not None:
+            lh_ += -math.log(x) if j == label else -math.log(1.0 - x)
+            if fitted:
                 x = q_model[j]
                 x = lo if x < lo else hi if x > hi else x
-                lm += -log(x) if j == label else -log(1.0 - x)
-            if head is not None and (offset_all or j in placed):
-                offset_q.append(head_raw[j])
-                offset_y.append(j == label)
-        n_lab += len(group)
+                lm += -math.log(x) if j == label else -math.log(1.0 - x)
+            if head_on and (offset_all or placed[j]):
+                _head_step(h_state, head_raw[j], j == label, h_rate, h_beta, h_band)
+        n_lab += cnt
         loss_h += lh_
         loss_m += lm
         if fitted:
-            assert model is not None
-            model.score_guard(lm, lh_)
-            labelled.append((group, label))
-    if fitted:   # the guard scored every parent before the model learns any
-        assert model is not None and q_model is not None and terms is not None
-        model.learn_groups(cands, labelled, q_model, terms.coef_of(), terms.u,
-                           features.lh.tolist(), features.ls.tolist(), features.logr.tolist())
-    if head is not None:   # its steps read nothing the model's learning changes
-        head.observe(offset_q, offset_y)
-    return n_lab, loss_m, loss_h
+            guard[0] = guard[0] * keep + lm
+            guard[1] = guard[1] * keep + lh_
+            s0 = starts[n_groups]
+            members[s0:s0 + cnt] = buf[:cnt]
+            starts[n_groups + 1] = s0 + cnt
+            label_of[n_groups] = label
+            n_groups += 1
+    for g in range(n_groups):   # the guard scored every parent before the model learns any
+        _learn_group(members[starts[g]:starts[g + 1]], label_of[g], q_model, coef, u, D, K,
+                     lh, ls, logr, w, z, nn, m, prior, labels, w_state, rate_d, rate_b, cap,
+                     gate_k, beta, l2, gate_updates, b_cap, b_rate, b_beta, band)
+    return n_lab, loss_m, loss_h, n_groups

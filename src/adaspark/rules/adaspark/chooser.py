@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from adaspark.decoding.candidates import CandidateSet
-from adaspark.decoding.tree import order_by_products
+from adaspark.decoding.candidates import KIND_CODE, NGRAM, CandidateArrays, CandidateSet
+from adaspark.decoding.tree import order_and_sums
+from adaspark.jit import kernel
 from adaspark.rules.adaspark.config import WidthChoiceConfig
 from adaspark.rules.adaspark.cost_law import context_band
 
@@ -68,6 +69,13 @@ class LongRunRate:
         self.bands = {int(k): [float(v[0]), float(v[1]), int(v[2])] for k, v in s.items()}
 
 
+def gain_line(fit: tuple[float, float], u: float, cfg: WidthChoiceConfig) -> float:
+    """A gain's line ``a + b (u - pivot)`` at ``u``, clamped."""
+    a, b = fit
+    lo, hi = cfg.gain_clamp
+    return min(max(a + b * (u - cfg.gain_pivot_u), lo), hi)
+
+
 class MarginGain:
     """A gain ``g(u) = a + b (u - pivot)``: ridge least squares of the realised marginal on the
     predicted one, columns ``[p, p (u - pivot)]``, decayed normal equations, ridge weight
@@ -100,9 +108,7 @@ class MarginGain:
         return self._fit
 
     def at(self, u: float) -> float:
-        a, b = self.fit()
-        lo, hi = self.cfg.gain_clamp
-        return min(max(a + b * (u - self.cfg.gain_pivot_u), lo), hi)
+        return gain_line(self.fit(), u, self.cfg)
 
     def observe(self, u: float, predicted: float, realised: float) -> None:
         c = self.cfg
@@ -153,12 +159,40 @@ def reference_width(offered: list[int], cfg: WidthChoiceConfig) -> int:
     return offered[0] if offered else n0
 
 
+@kernel
 def priced_value(tokens: float, seconds: float, rho: float | None) -> float:
     """Eq. (7)'s value of ``tokens`` in ``seconds``: ``tokens - rho seconds``, or the per-round
     ratio ``tokens / seconds`` while ``rho`` is ``None``."""
     if rho is None:
         return tokens / seconds if seconds > 0 else math.inf
     return tokens - rho * seconds
+
+
+@kernel
+def clears(v: float, incumbent_v: float, incumbent_tokens: float, rho: float | None,
+           ratio_margin: float, hysteresis_margin: float) -> bool:
+    """The hysteresis: beat the incumbent's V by ``hysteresis_margin x its expected tokens``
+    once rho is known, its ratio by ``ratio_margin`` before."""
+    if rho is None:
+        return v > incumbent_v * (1.0 + ratio_margin)
+    return v > incumbent_v + hysteresis_margin * incumbent_tokens
+
+
+@kernel
+def eq7_tokens(s: np.ndarray, ng: np.ndarray, base_keep: int, width: int, g_d: float,
+               g_n: float, g_d_below: float, g_n_below: float) -> float:
+    """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``
+    (the first ``base_keep`` candidates make the reference width's tree; below it the second
+    pair of gains)."""
+    order_len = s.shape[0] - 1
+    k = width - 1
+    k = 0 if k < 0 else order_len if k > order_len else k
+    base_s = s[base_keep]
+    d_all = s[k] - base_s
+    d_ng = ng[k] - ng[base_keep]
+    if k < base_keep:
+        return 1.0 + base_s + g_d_below * (d_all - d_ng) + g_n_below * d_ng
+    return 1.0 + base_s + g_d * (d_all - d_ng) + g_n * d_ng
 
 
 def bounded_measurement(best: float, tokens_at: Callable[[int], float], d_fixed: float,
@@ -176,42 +210,30 @@ class Valuer:
     """Eq. (7) for one round: ``S`` and ``S_ng`` over the whole order (``S[k]``: the first ``k``
     candidates), the gains, the reference width, D and rho (``None``: the per-round ratio)."""
 
-    __slots__ = ("base_keep", "base_ng", "base_s", "d_fixed", "g", "ng", "order_len", "rho", "s")
+    __slots__ = ("base_keep", "d_fixed", "g", "ng", "rho", "s")
 
     def __init__(self, s: np.ndarray, s_ng: np.ndarray, n0: int, gains: Gains, d_fixed: float,
                  rho: float | None) -> None:
-        self.s: list[float] = s.tolist()      # floats: read once per offered width
-        self.ng: list[float] = s_ng.tolist()
-        self.order_len = len(s) - 1
-        self.base_keep = min(max(n0 - 1, 0), self.order_len)
-        self.base_s = self.s[self.base_keep]
-        self.base_ng = self.ng[self.base_keep]
+        self.s = np.asarray(s, dtype=np.float64)
+        self.ng = np.asarray(s_ng, dtype=np.float64)
+        self.base_keep = min(max(n0 - 1, 0), len(self.s) - 1)
         self.g = gains
         self.d_fixed = d_fixed
         self.rho = rho
 
     def tokens(self, width: int) -> float:
-        """Expected tokens of a verify of ``width`` rows: ``1 + S(n0) + g_d dS_d + g_n dS_ng``
-        (the chooser values every offered width each round)."""
-        k = width - 1
-        k = 0 if k < 0 else self.order_len if k > self.order_len else k
-        base_s, g = self.base_s, self.g
-        d_all = self.s[k] - base_s
-        d_ng = self.ng[k] - self.base_ng
-        if k < self.base_keep:
-            return 1.0 + base_s + g.d_below * (d_all - d_ng) + g.n_below * d_ng
-        return 1.0 + base_s + g.d * (d_all - d_ng) + g.n * d_ng
+        """Expected tokens of a verify of ``width`` rows (:func:`eq7_tokens`)."""
+        g = self.g
+        return eq7_tokens(self.s, self.ng, self.base_keep, width, g.d, g.n, g.d_below,
+                          g.n_below)
 
     def value(self, width: int, price: float) -> float:
         return priced_value(self.tokens(width), self.d_fixed + price, self.rho)
 
     def clears(self, v: float, incumbent_v: float, incumbent_tokens: float,
                cfg: WidthChoiceConfig) -> bool:
-        """The hysteresis: beat the incumbent's V by ``hysteresis_margin x its expected
-        tokens`` once rho is known, its ratio by ``ratio_margin`` before."""
-        if self.rho is None:
-            return v > incumbent_v * (1.0 + cfg.ratio_margin)
-        return v > incumbent_v + cfg.hysteresis_margin * incumbent_tokens
+        return clears(v, incumbent_v, incumbent_tokens, self.rho, cfg.ratio_margin,
+                      cfg.hysteresis_margin)
 
 
 @dataclass
@@ -220,25 +242,48 @@ class Choice:
     value: float
     best: int
     kept_incumbent: bool
+    index: int = -1   # the width's place among the offered
 
 
-def choose(valuer: Valuer, offered: list[tuple[int, float]], incumbent: int,
-           cfg: WidthChoiceConfig) -> Choice:
+def choose(valuer: Valuer, offered: list[tuple[int, float]] | tuple[np.ndarray, np.ndarray],
+           incumbent: int, cfg: WidthChoiceConfig) -> Choice:
     """Algorithm 1, line 10: argmax of Eq. (7) over the offered widths (ties to the narrower),
-    kept at the incumbent unless beaten by the margin."""
-    best_w, best_v = 0, -math.inf
-    inc_v: float | None = None
-    for w, price in offered:
-        v = valuer.value(w, price)
+    kept at the incumbent unless beaten by the margin (:func:`_choose`; ``offered`` as
+    ``(width, price)`` pairs or as the arrays of both)."""
+    if isinstance(offered, tuple):
+        widths, prices = offered
+    else:
+        widths = np.asarray([w for w, _ in offered], dtype=np.int64)
+        prices = np.asarray([p for _, p in offered], dtype=np.float64)
+    g = valuer.g
+    w, v, best, kept, at = _choose(widths, prices, valuer.s, valuer.ng, valuer.base_keep, g.d,
+                                   g.n, g.d_below, g.n_below, valuer.d_fixed, valuer.rho,
+                                   incumbent, cfg.ratio_margin, cfg.hysteresis_margin)
+    return Choice(int(w), float(v), int(best), bool(kept), int(at))
+
+
+@kernel
+def _choose(widths: np.ndarray, prices: np.ndarray, s: np.ndarray, ng: np.ndarray,
+            base_keep: int, g_d: float, g_n: float, g_d_below: float, g_n_below: float,
+            d_fixed: float, rho: float | None, incumbent: int, ratio_margin: float,
+            hysteresis_margin: float) -> tuple[int, float, int, bool, int]:
+    """:func:`choose`: ``(width, value, best width, kept the incumbent, the width's index)``."""
+    best_w, best_v, best_i = 0, -math.inf, -1
+    inc_v, inc_i = 0.0, -1
+    for i in range(widths.shape[0]):
+        w = widths[i]
+        v = priced_value(eq7_tokens(s, ng, base_keep, w, g_d, g_n, g_d_below, g_n_below),
+                         d_fixed + prices[i], rho)
         if w == incumbent:
-            inc_v = v
+            inc_v, inc_i = v, i
         if v > best_v:
-            best_w, best_v = w, v
-    if inc_v is None or best_w == incumbent:
-        return Choice(best_w, best_v, best_w, False)
-    if valuer.clears(best_v, inc_v, valuer.tokens(incumbent), cfg):
-        return Choice(best_w, best_v, best_w, False)
-    return Choice(incumbent, inc_v, best_w, True)
+            best_w, best_v, best_i = w, v, i
+    if inc_i < 0 or best_w == incumbent:
+        return best_w, best_v, best_w, False, best_i
+    inc_tokens = eq7_tokens(s, ng, base_keep, incumbent, g_d, g_n, g_d_below, g_n_below)
+    if clears(best_v, inc_v, inc_tokens, rho, ratio_margin, hysteresis_margin):
+        return best_w, best_v, best_w, False, best_i
+    return incumbent, inc_v, best_w, True, inc_i
 
 
 def could_beat(valuer: Valuer, width: int, price: float, held: int, held_price: float,
@@ -249,18 +294,34 @@ def could_beat(valuer: Valuer, width: int, price: float, held: int, held_price: 
     return valuer.clears(valuer.value(width, price), inc_v, valuer.tokens(held), cfg)
 
 
-def accepted_within(ranks_on_path: list[int], ngram_on_path: list[bool], k: int) -> tuple[int, int]:
+@kernel
+def accepted_within(ranks_on_path: np.ndarray, ngram_on_path: np.ndarray,
+                    k: int) -> tuple[int, int]:
     """What a tree of the first ``k`` candidates of the order would have accepted: the leading
     part of the path whose ranks are below ``k``, split into (drafter, n-gram) nodes."""
     d = g = 0
-    for r, is_ng in zip(ranks_on_path, ngram_on_path, strict=True):
-        if r >= k:
+    for i in range(ranks_on_path.shape[0]):
+        if ranks_on_path[i] >= k:
             break
-        if is_ng:
+        if ngram_on_path[i]:
             g += 1
         else:
             d += 1
     return d, g
+
+
+@kernel
+def marginal(s: np.ndarray, s_ng: np.ndarray, a: int, b: int, ranks_on_path: np.ndarray,
+             ngram_on_path: np.ndarray) -> tuple[float, float, float, float]:
+    """From ``a`` to ``b`` rows: the predicted and realised marginal tokens of the drafter's
+    nodes, then of the n-gram nodes (``(p_d, r_d, p_ng, r_ng)``)."""
+    order_len = s.shape[0] - 1
+    ka, kb = min(a - 1, order_len), min(b - 1, order_len)
+    bd, bg = accepted_within(ranks_on_path, ngram_on_path, kb)
+    ad, ag = accepted_within(ranks_on_path, ngram_on_path, ka)
+    p_ng = s_ng[kb] - s_ng[ka]
+    p_d = (s[kb] - s[ka]) - p_ng
+    return p_d, float(bd - ad), p_ng, float(bg - ag)
 
 
 class GainLearner:
@@ -274,30 +335,25 @@ class GainLearner:
         self.n_below = MarginGain(cfg)
 
     def at(self, u: float) -> Gains:
-        return Gains(self.d.at(u), self.n.at(u), self.d_below.at(u), self.n_below.at(u))
+        c = self.cfg
+        return Gains(gain_line(self.d.fit(), u, c), gain_line(self.n.fit(), u, c),
+                     gain_line(self.d_below.fit(), u, c), gain_line(self.n_below.fit(), u, c))
 
     def observe(self, u: float, s: np.ndarray, s_ng: np.ndarray, width: int, n0: int,
-                first: int, ranks_on_path: list[int], ngram_on_path: list[bool]) -> None:
+                first: int, ranks_on_path: np.ndarray | list[int],
+                ngram_on_path: np.ndarray | list[bool]) -> None:
         """``width`` rows ran. Above ``n0`` only a round wider than ``n0`` reveals the marginal;
         below it every round reveals the rows between the narrowest offered width ``first`` and
-        ``min(width, n0)``."""
-        order_len = len(s) - 1
-
-        def marginal(a: int, b: int) -> tuple[tuple[float, float], tuple[float, float]]:
-            ka, kb = min(a - 1, order_len), min(b - 1, order_len)
-            bd, bg = accepted_within(ranks_on_path, ngram_on_path, kb)
-            ad, ag = accepted_within(ranks_on_path, ngram_on_path, ka)
-            p_ng = float(s_ng[kb] - s_ng[ka])
-            p_d = float(s[kb] - s[ka]) - p_ng
-            return (p_d, float(bd - ad)), (p_ng, float(bg - ag))
-
+        ``min(width, n0)`` (:func:`marginal`)."""
+        ranks = np.asarray(ranks_on_path, dtype=np.int64)
+        ng = np.asarray(ngram_on_path, dtype=np.bool_)
         if width > n0:
-            (pd, rd), (pn, rn) = marginal(n0, width)
+            pd, rd, pn, rn = marginal(s, s_ng, n0, width, ranks, ng)
             self.d.observe(u, pd, rd)
             self.n.observe(u, pn, rn)
         top = min(width, n0)
         if first >= 1 and top > first:
-            (pd, rd), (pn, rn) = marginal(first, top)
+            pd, rd, pn, rn = marginal(s, s_ng, first, top, ranks, ng)
             self.d_below.observe(u, pd, rd)
             self.n_below.observe(u, pn, rn)
 
@@ -367,21 +423,44 @@ def width1_switch(w1_incumbent: bool, t1: float, forecast: tuple[float, float],
     return bool(w1_incumbent != switch)
 
 
-def counts_as_ngram(cands: CandidateSet, agreed_counts: bool) -> np.ndarray:
+def counts_as_ngram(cands: CandidateSet, agreed_counts: bool,
+                    arrays: CandidateArrays | None = None) -> np.ndarray:
     """The candidates Eq. (7) prices with the n-gram gain: n-gram-only, and agreed ones when
     ``agreed_counts`` (``agreed_counts_as: ngram``)."""
-    return cands.ngram_mask(agreed_counts)
+    if arrays is None:
+        return cands.ngram_mask(agreed_counts)
+    mask = arrays.kind == KIND_CODE[NGRAM]
+    return mask | arrays.agreed if agreed_counts else mask
 
 
-def ngram_order(cands: CandidateSet, q: np.ndarray,
-                is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ngram_order(cands: CandidateSet, q: np.ndarray, is_ng: np.ndarray,
+                parent: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Proposition 1's order, ``S`` and ``S_ng`` (the part of ``S`` held by the candidates
     ``is_ng`` marks) under ``q`` (in [0, 1] by construction: Eq. 6's softmax, or the head-based
-    estimate clipped and shifted, so unchecked here)."""
-    order, S = order_by_products(cands.path_products(q))
-    s_ng = np.zeros(len(S))
+    estimate clipped and shifted, so unchecked here): :func:`ngram_order_arrays` (``parent``: the
+    candidates' parents as an array, when the caller has it)."""
+    pa = parent if parent is not None else np.asarray(cands.parent, dtype=np.int64)
+    return ngram_order_arrays(pa, np.asarray(q, dtype=np.float64),
+                              np.asarray(is_ng, dtype=np.bool_))
+
+
+@kernel
+def ngram_order_arrays(parent: np.ndarray, q: np.ndarray,
+                 is_ng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eq. (1)'s path products, the best-first order and ``S`` (``tree.order_and_sums``), and
+    ``S_ng``: the running sums of ``S``'s steps ``S[k+1] - S[k]`` over the marked candidates."""
+    n = parent.shape[0]
+    Q = np.empty(n)
+    for j in range(n):
+        p = parent[j]
+        Q[j] = q[j] * (1.0 if p == -1 else Q[p])
+    order, S = order_and_sums(Q)
+    s_ng = np.zeros(n + 1)
     if is_ng.any():   # else every term is 0 (S never falls, so no -0.0 either)
-        np.cumsum(np.diff(S) * is_ng[order], out=s_ng[1:])
+        acc = 0.0
+        for k in range(n):
+            acc += (S[k + 1] - S[k]) * (1.0 if is_ng[order[k]] else 0.0)
+            s_ng[k + 1] = acc
     return order, S, s_ng
 
 

@@ -180,12 +180,24 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+#: Ranges the code needs: the n-gram index keys contexts of at most 6 tokens (``ngram.KEY``).
+RANGES: dict[tuple[str, str], tuple[int, int]] = {
+    ("ngram_fill", "follower_context"): (1, 6),
+    ("ngram_fill", "copy_min_match"): (1, 6),
+}
+
+
 def validate(cfg: SchedulerConfig) -> SchedulerConfig:
-    """Refuse a named choice the code does not implement."""
+    """Refuse a named choice the code does not implement, or a value outside :data:`RANGES`."""
     for (section, key), allowed in CHOICES.items():
         v = getattr(getattr(cfg, section), key)
         if v not in allowed:
             raise ValueError(f"scheduler config {section}.{key} = {v!r}; one of {allowed}")
+    for (section, key), (lo, hi) in RANGES.items():
+        v = getattr(getattr(cfg, section), key)
+        if not lo <= v <= hi:
+            raise ValueError(f"scheduler config {section}.{key} = {v!r}: the n-gram index "
+                             f"keys contexts of {lo} to {hi} tokens; set it in that range")
     return cfg
 
 

@@ -12,8 +12,9 @@
   scaled by the clock now over that reading. The clock is the round's fixed cost D (drafter and
   tree build), which runs every round whatever the width.
 
-Times are in seconds. Everything here is plain Python floats and lists: a round prices at most
-25 classes and folds one or two samples, so numpy's per-call overhead would dominate.
+Times are in seconds. A law's FTRL state is three arrays of five floats, which the compiled
+kernels (``adaspark.jit``) update: the online fold, the weights' closed form and the refit's
+passes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
+from adaspark.jit import kernel
 from adaspark.rules.adaspark.config import CostModelConfig
 
 Basis = tuple[float, float, float, float, float]
@@ -68,9 +72,9 @@ class ContextLaw:
 
     def __init__(self, cfg: CostModelConfig, banked: bool = True) -> None:
         self.cfg = cfg
-        self.z = [0.0] * 5
-        self.n = [0.0] * 5
-        self.w = [0.0] * 5
+        self.z = np.zeros(5)
+        self.n = np.zeros(5)
+        self.w = np.zeros(5)
         self.seen = 0
         self.scale: float | None = None
         self.warm: list[tuple[int, float]] = []
@@ -89,30 +93,19 @@ class ContextLaw:
 
     def _refresh_weights(self) -> None:
         """FTRL-Proximal's closed form; the context coefficients (index >= 1) are clamped at 0,
-        so the law never falls as the context grows."""
+        so the law never falls as the context grows (:func:`_weights`)."""
         c = self.cfg
-        for i in range(5):
-            zi = self.z[i]
-            if abs(zi) <= c.l1:
-                self.w[i] = 0.0
-                continue
-            v = -(zi - math.copysign(c.l1, zi)) / ((c.ftrl_stabiliser + math.sqrt(self.n[i]))
-                                                     / c.ftrl_rate + c.l2)
-            self.w[i] = v if i == 0 or v > 0.0 else 0.0
+        _weights(self.z, self.n, self.w, c.l1, c.l2, c.ftrl_rate, c.ftrl_stabiliser)
 
     def normalised(self, phi: Basis) -> float:
-        w = self.w
-        return w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
+        return _normalised(self.w, phi)
 
     def predict(self, phi: Basis) -> float | None:
         """The law's time (seconds) at the context of ``phi``; ``None`` until it is fitted."""
         if self.scale is None or self.seen == 0:
             return None
-        w = self.w   # normalised(phi), inlined: every price and level reads it
-        y = w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
         lo, hi = self.cfg.law_clamp
-        y = min(max(y, lo * self.floor), hi * self.floor)
-        return y * self.scale
+        return _predict(self.w, phi, lo * self.floor, hi * self.floor, self.scale)
 
     # -- learning ---------------------------------------------------------------------------
 
@@ -138,7 +131,7 @@ class ContextLaw:
         self.scale = scale
         if self.cfg.law_seed_intercept:
             c = self.cfg
-            self.z = [0.0] * 5
+            self.z = np.zeros(5)
             self.z[0] = -1.0 * (c.ftrl_stabiliser / c.ftrl_rate + c.l2) - c.l1
             self._refresh_weights()
 
@@ -152,18 +145,8 @@ class ContextLaw:
             self.dirty = True
         assert self.scale is not None
         y = t / self.scale
-        pull = (1.0 - c.quantile_tau) if y < self.normalised(phi) else -c.quantile_tau
-        cap, rate = c.squared_gradient_cap, c.ftrl_rate
-        for i in range(5):
-            g = pull * phi[i]
-            if g == 0.0:
-                continue
-            n_old = self.n[i]
-            n_new = min(n_old + g * g, cap)
-            sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / rate
-            self.z[i] += g - sigma * self.w[i]
-            self.n[i] = n_new
-        self._refresh_weights()
+        _fold(self.z, self.n, self.w, phi, y, c.quantile_tau, c.squared_gradient_cap,
+              c.ftrl_rate, c.l1, c.l2, c.ftrl_stabiliser)
         self.seen += 1
         self.floor = min(self.floor, y)
         self.lo_ctx = min(self.lo_ctx, float(context))
@@ -242,50 +225,22 @@ class ContextLaw:
 
     def train(self, samples: list[tuple[int, float]], phis: list[Basis], passes: int) -> None:
         """``passes`` sweeps of the online step over ``samples``, on a law whose scale is set
-        (:meth:`start`); written with local variables because the refit runs thousands of
-        steps."""
+        (:meth:`start`): :func:`_train`."""
         c = self.cfg
         if self.scale is None:
             raise ValueError("train() needs the law's scale: call start(scale) first")
-        tau, cap, rate = c.quantile_tau, c.squared_gradient_cap, c.ftrl_rate
-        beta, l1, l2 = c.ftrl_stabiliser, c.l1, c.l2
-        z, n, w = self.z, self.n, self.w
-        scale = self.scale
-        floor = self.floor
-        sqrt = math.sqrt
-        steps = 0
-        for _ in range(passes):
-            for idx in range(len(samples)):
-                y = samples[idx][1] / scale
-                phi = phis[idx]
-                pred = w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
-                pull = (1.0 - tau) if y < pred else -tau
-                for i in range(5):
-                    g = pull * phi[i]
-                    if g == 0.0:
-                        continue
-                    n_old = n[i]
-                    n_new = n_old + g * g
-                    if n_new > cap:
-                        n_new = cap
-                    zi = z[i] + (g - (sqrt(n_new) - sqrt(n_old)) / rate * w[i])
-                    z[i] = zi
-                    n[i] = n_new
-                    if -l1 <= zi <= l1:
-                        w[i] = 0.0
-                    else:
-                        v = -(zi - (l1 if zi > 0 else -l1)) / ((beta + sqrt(n_new)) / rate + l2)
-                        w[i] = v if i == 0 or v > 0.0 else 0.0
-                if y < floor:
-                    floor = y
-                steps += 1
-        self.floor = floor
-        self.seen += steps
+        ys = np.asarray([t for _, t in samples], dtype=np.float64) / self.scale
+        ph = np.asarray(phis, dtype=np.float64).reshape(len(samples), 5)
+        self.floor = _train(self.z, self.n, self.w, ph, ys, passes, self.floor,
+                            c.quantile_tau, c.squared_gradient_cap, c.ftrl_rate, c.l1, c.l2,
+                            c.ftrl_stabiliser)
+        self.seen += passes * len(samples)
 
     # -- the store ----------------------------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:
-        return {"z": self.z, "n": self.n, "seen": self.seen, "scale": self.scale,
+        return {"z": self.z.tolist(), "n": self.n.tolist(), "seen": self.seen,
+                "scale": self.scale,
                 "warm": [list(x) for x in self.warm],
                 "bank": {str(b): [list(x) for x in v] for b, v in self.bank.items()},
                 "floor": None if math.isinf(self.floor) else self.floor,
@@ -295,8 +250,8 @@ class ContextLaw:
     @classmethod
     def from_state(cls, cfg: CostModelConfig, s: dict[str, Any]) -> ContextLaw:
         law = cls(cfg)
-        law.z = [float(x) for x in s["z"]]
-        law.n = [float(x) for x in s["n"]]
+        law.z = np.asarray(s["z"], dtype=np.float64)
+        law.n = np.asarray(s["n"], dtype=np.float64)
         law.seen = int(s["seen"])
         law.scale = None if s["scale"] is None else float(s["scale"])
         law.warm = [(int(a), float(b)) for a, b in s["warm"]]
@@ -307,6 +262,85 @@ class ContextLaw:
         law.dirty = bool(s["dirty"])
         law._refresh_weights()
         return law
+
+
+@kernel
+def _weights(z: np.ndarray, n: np.ndarray, w: np.ndarray, l1: float, l2: float, rate: float,
+             beta: float) -> None:
+    """FTRL-Proximal's closed form into ``w``: 0 where ``|z| <= l1``, else
+    ``-(z - sign(z) l1) / ((beta + sqrt(n)) / rate + l2)``, the context coefficients clamped
+    at 0."""
+    for i in range(5):
+        zi = z[i]
+        if abs(zi) <= l1:
+            w[i] = 0.0
+            continue
+        v = -(zi - math.copysign(l1, zi)) / ((beta + math.sqrt(n[i])) / rate + l2)
+        w[i] = v if i == 0 or v > 0.0 else 0.0
+
+
+@kernel
+def _normalised(w: np.ndarray, phi: tuple) -> float:
+    """``theta . phi(u)`` (``phi[0]`` is 1)."""
+    return w[0] + w[1] * phi[1] + w[2] * phi[2] + w[3] * phi[3] + w[4] * phi[4]
+
+
+@kernel
+def _predict(w: np.ndarray, phi: tuple, lo: float, hi: float, scale: float) -> float:
+    """Eq. (4): ``scale * clamp(theta . phi, lo, hi)`` (the clamp in the law's unit)."""
+    y = _normalised(w, phi)
+    return min(max(y, lo), hi) * scale
+
+
+@kernel
+def _fold(z: np.ndarray, n: np.ndarray, w: np.ndarray, phi: tuple, y: float, tau: float,
+          cap: float, rate: float, l1: float, l2: float, beta: float) -> None:
+    """One online FTRL-Proximal step of the pinball subgradient at the normalised time ``y``
+    (Eq. 4), then the weights' closed form."""
+    pull = (1.0 - tau) if y < _normalised(w, phi) else -tau
+    for i in range(5):
+        g = pull * phi[i]
+        if g == 0.0:
+            continue
+        n_old = n[i]
+        n_new = min(n_old + g * g, cap)
+        sigma = (math.sqrt(n_new) - math.sqrt(n_old)) / rate
+        z[i] += g - sigma * w[i]
+        n[i] = n_new
+    _weights(z, n, w, l1, l2, rate, beta)
+
+
+@kernel
+def _train(z: np.ndarray, n: np.ndarray, w: np.ndarray, phis: np.ndarray, ys: np.ndarray,
+           passes: int, floor: float, tau: float, cap: float, rate: float, l1: float,
+           l2: float, beta: float) -> float:
+    """The refit's ``passes`` sweeps over the samples (normalised times ``ys``), each step
+    updating only the coefficients it moves; returns the lowest time seen (the floor)."""
+    for _ in range(passes):
+        for idx in range(ys.shape[0]):
+            y = ys[idx]
+            pred = (w[0] + w[1] * phis[idx, 1] + w[2] * phis[idx, 2] + w[3] * phis[idx, 3]
+                    + w[4] * phis[idx, 4])
+            pull = (1.0 - tau) if y < pred else -tau
+            for i in range(5):
+                g = pull * phis[idx, i]
+                if g == 0.0:
+                    continue
+                n_old = n[i]
+                n_new = n_old + g * g
+                if n_new > cap:
+                    n_new = cap
+                zi = z[i] + (g - (math.sqrt(n_new) - math.sqrt(n_old)) / rate * w[i])
+                z[i] = zi
+                n[i] = n_new
+                if -l1 <= zi <= l1:
+                    w[i] = 0.0
+                else:
+                    v = -(zi - (l1 if zi > 0 else -l1)) / ((beta + math.sqrt(n_new)) / rate + l2)
+                    w[i] = v if i == 0 or v > 0.0 else 0.0
+            if y < floor:
+                floor = y
+    return floor
 
 
 class Level:

@@ -26,6 +26,7 @@ extension (plain decode offered to the chooser, decided before the drafter is ca
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ import numpy as np
 from adaspark.decoding.candidates import CandidateSet, from_block
 from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.tree import chain_tree, prefix_tree
+from adaspark.jit import kernel
 from adaspark.rules.adaspark import acceptance as acc
 from adaspark.rules.adaspark.chooser import (
     DraftForecast,
@@ -47,15 +49,14 @@ from adaspark.rules.adaspark.chooser import (
     bounded_measurement,
     choose,
     could_beat,
-    counts_as_ngram,
-    ngram_order,
+    ngram_order_arrays,
     priced_value,
     reference_width,
     width1_switch,
     width_without_ngram,
 )
 from adaspark.rules.adaspark.config import SchedulerConfig, load_config
-from adaspark.rules.adaspark.features import Features, block_features
+from adaspark.rules.adaspark.features import Features, feature_arrays
 from adaspark.rules.adaspark.ngram import NgramIndex, add_chains
 from adaspark.rules.adaspark.records import (
     RequestSummary,
@@ -66,7 +67,7 @@ from adaspark.rules.adaspark.records import (
 )
 from adaspark.rules.adaspark.records import request_id as request_id_of
 from adaspark.rules.adaspark.store import learned_state, load_learned, load_store, save_store
-from adaspark.rules.adaspark.width_table import WidthTable, envelope
+from adaspark.rules.adaspark.width_table import WidthTable, envelope_mask
 from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule
 
 
@@ -82,7 +83,9 @@ class RoundContext:
     cands: CandidateSet | None = None
     features: Features | None = None
     order: list[int] = field(default_factory=list)
+    parent: np.ndarray | None = None     # the candidates' parents, as an array
     rank: np.ndarray | None = None
+    is_ng: np.ndarray | None = None      # the candidates Eq. (7) prices with the n-gram gain
     s: np.ndarray | None = None
     s_ng: np.ndarray | None = None
     head_raw: np.ndarray | None = None
@@ -206,7 +209,7 @@ class AdaSparkRule(WidthRule):
         self.summary = RequestSummary(request_id or request_id_of(self.n_requests, prompt))
         self.index.reset()
         if self.ngram_on:
-            self.index.extend(list(prompt), score=self.cfg.ngram_fill.precision_scores_prompt)
+            self.index.extend(prompt, score=self.cfg.ngram_fill.precision_scores_prompt)
         if self.model is not None:
             self.model.begin_request()
         self.head.begin_request()
@@ -268,31 +271,39 @@ class AdaSparkRule(WidthRule):
         a = cfg.acceptance_model
         self._tick(None)
         cands = from_block(block)
-        feats = block_features(block, a.logit_eps, a.log_r_floor)
         self._tick("order")
         if self.ngram_on:
             add_chains(self.index, cands, cfg.ngram_fill.chain_depth_limit, state.max_rows - 1,
                        a.run_edges)
         self._tick("ngram")
+        # lines 5-6 in one kernel: the features, q (head-based, and Eq. 6 under the guard),
+        # Prop. 1's order, S and S_ng
+        n = len(cands)
+        model = self.model
+        u = c / cfg.cost_model.context_basis_unit
+        priced = model is not None and model.prices()
+        buf = cands.buffers()
+        (lh, ls, logr, q_head, q_model, coef, base, is_ng, order_arr, S, s_ng,
+         rank) = _round_order(
+            np.ascontiguousarray(block.probs, dtype=np.float64),
+            np.ascontiguousarray(block.confidence, dtype=np.float64), a.logit_eps, a.log_r_floor,
+            buf["parent"][:n], buf["kind"][:n], buf["agreed"][:n], buf["evidence"][:n],
+            buf["run"][:n], buf["contra"][:n], buf["src_p"][:n], buf["head_q"][:n],
+            cands.n_drafted, max(cands.K, 1), self.head.b if self.head_offset_on else 0.0,
+            model is not None, model.w if model is not None else _NO_WEIGHTS,
+            model.b if model is not None else 0.0, u, a.run_edges[0], a.run_edges[1], priced,
+            self.agreed_counts)
+        feats = Features(lh=lh, ls=ls, logr=logr)
         rc = RoundContext(context=c, drafted=True, why="choice", width=0, cands=cands,
                           features=feats)
-        parent = np.asarray(cands.parent, dtype=np.int64)
-        head_raw = np.asarray(cands.head_q, dtype=np.float64)
-        q_head = self.head.apply(head_raw) if self.head_offset_on else head_raw
-        rc.head_raw, rc.q_head = head_raw, q_head
-        q = q_head
-        if self.model is not None:
-            terms = acc.RoundTerms(cands, feats, c, a, float(cfg.cost_model.context_basis_unit))
-            rc.terms = terms
-            rc.q_model = self.model.probabilities(cands, terms, parent)
-            if self.model.prices():
-                q, rc.priced_fitted = rc.q_model, True
-        rc.q = q
-        is_ng = counts_as_ngram(cands, self.agreed_counts)
-        order_arr, S, s_ng = ngram_order(cands, q, is_ng)
-        n = len(cands)
-        rank = np.argsort(order_arr)   # the order's inverse permutation: each candidate's rank
-        rc.s, rc.s_ng, rc.rank = S, s_ng, rank
+        parent = rc.parent = buf["parent"][:n]
+        rc.head_raw, rc.q_head = buf["head_q"][:n], q_head
+        if model is not None:
+            rc.terms = acc.RoundTerms.of(feats, u, coef, base)
+            rc.q_model = q_model
+        rc.priced_fitted = priced
+        q = rc.q = q_model if priced else q_head
+        rc.s, rc.s_ng, rc.rank, rc.is_ng = S, s_ng, rank, is_ng
         order = order_arr.tolist()
         self._tick("order")
         width = self._choose_width(state, rc)
@@ -305,19 +316,13 @@ class AdaSparkRule(WidthRule):
                 and self.exploration_clock % cfg.ngram_fill.exploration_period == 0):
             rc.explored = self._explore(order, keep, cands, q)
         tree, rows = prefix_tree(state.anchor, cands.tokens, cands.parent, order, keep + 1,
-                                 max_rows=state.max_rows)
+                                 max_rows=state.max_rows, parent_arr=parent)
         if rc.why == "cold-start" and self.table is not None and tree.n_rows < width:
             self.table.short_measurement(width, tree.n_rows)
         # the placed nodes are the first ``keep`` of the order (exploration swaps the last one
         # for an n-gram node further down): their own Q, read off S at their ranks
-        if rc.explored:
-            placed = np.asarray(order[:keep], dtype=np.int64)
-            Qp = S[rank[placed] + 1] - S[rank[placed]]
-        else:
-            placed = order_arr[:keep]
-            Qp = S[1:keep + 1] - S[:keep]
-        s_all = float(Qp.sum())
-        s_ngram = float((Qp * is_ng[placed]).sum()) if keep > 0 else 0.0
+        placed = np.asarray(order[:keep], dtype=np.int64) if rc.explored else order_arr[:keep]
+        s_all, s_ngram = _placed_sums(S, rank, is_ng, placed)
         rc.s_chosen = (s_all, s_all - s_ngram, s_ngram)
         rc.order = order
         rc.width = tree.n_rows
@@ -348,11 +353,17 @@ class AdaSparkRule(WidthRule):
         c = rc.context
         phi = table.basis(c)
         u = c / self.cfg.cost_model.context_basis_unit
-        prices = table.class_prices(phi)
-        own = dict(prices)
-        offered = envelope(prices)
+        tops_a, prices_a = table.price_arrays(phi)
+        keep = envelope_mask(prices_a)
+        off_w, off_p = tops_a[keep], prices_a[keep]
+        offered = list(zip(off_w.tolist(), off_p.tolist(), strict=True))
         rc.offered = offered
-        tops = [w for w, _ in offered] or table.widths()
+
+        def price_list() -> list[tuple[int, float | None]]:   # table.class_prices(phi)
+            return [(t, None if math.isnan(p) else p)
+                    for t, p in zip(tops_a.tolist(), prices_a.tolist(), strict=True)]
+
+        tops = off_w.tolist() or table.widths()
         rc.n0 = reference_width(tops, cw)
         rc.first = tops[0]
         rc.predicted_fixed = table.fixed_cost(phi)
@@ -360,11 +371,13 @@ class AdaSparkRule(WidthRule):
         rho = self.rate.rate(c) if self.rate_rule == "long_run" else None
         valuer = Valuer(rc.s, rc.s_ng, rc.n0, gains, rc.predicted_fixed, rho)
         bound = self._bound(rc, valuer, offered, phi) if self.bounded and offered else None
-        meas = table.measurement_width(could_change=bound, prices=prices, phi=phi)
+        meas = table.measurement_width(could_change=bound,
+                                       prices=price_list() if bound is not None else None,
+                                       phi=phi)
         if meas is not None:
             self._tick("pricing")
             rc.why = "cold-start"
-            rc.predicted_verify = own.get(meas)
+            rc.predicted_verify = dict(price_list()).get(meas)
             return meas
         if not offered:  # bounded: nothing priced yet, so nothing to pass a width over for
             meas = table.measurement_width()
@@ -373,15 +386,16 @@ class AdaSparkRule(WidthRule):
             return meas
         rc.gains, rc.rho = gains, rho
         self._tick("pricing")
-        incumbent = self.incumbent or max(w for w, _ in offered)
-        pick = choose(valuer, offered, incumbent, cw)
+        incumbent = self.incumbent or int(off_w[-1])
+        pick = choose(valuer, (off_w, off_p), incumbent, cw)
         rc.width_chosen, rc.incumbent_before = pick.width, incumbent
         self.incumbent = pick.width
-        held_price = own[pick.width]   # an offered width's price is its own (Prop. 2)
-        assert held_price is not None
+        held_price = float(off_p[pick.index])   # an offered width's price is its own (Prop. 2)
         rc.predicted_verify = held_price
         table.hold(pick.width)
-        table.split(lambda w, p: could_beat(valuer, w, p, pick.width, held_price, cw), prices)
+        if table.may_split():
+            table.split(lambda w, p: could_beat(valuer, w, p, pick.width, held_price, cw),
+                        price_list())
         self._tick("choice")
         return pick.width
 
@@ -470,7 +484,7 @@ class AdaSparkRule(WidthRule):
         if not rc.drafted:
             sm.width1_rounds += 1
             if self.ngram_on:
-                self.index.extend(list(outcome.new_tokens))
+                self.index.extend(outcome.new_tokens)
             if record is not None:
                 record.learn_s = time.perf_counter() - t_observe
                 self.log.add(record)  # type: ignore[union-attr]
@@ -485,16 +499,18 @@ class AdaSparkRule(WidthRule):
         if (table is not None and self.pinned is None and not rc.explored
                 and rc.s is not None and rc.s_ng is not None):
             u = c / self.cfg.cost_model.context_basis_unit
-            ranks = [int(rc.rank[j]) for j in path_c]
-            ng = [cands.is_ngram_source(j, self.agreed_counts) for j in path_c]
-            self.gains.observe(u, rc.s, rc.s_ng, rows, rc.n0, rc.first, ranks, ng)
+            on_path = np.asarray(path_c, dtype=np.int64)
+            ng = (rc.is_ng[on_path] if rc.is_ng is not None else
+                  np.asarray([cands.is_ngram_source(j, self.agreed_counts) for j in path_c],
+                             dtype=np.bool_))
+            self.gains.observe(u, rc.s, rc.s_ng, rows, rc.n0, rc.first, rc.rank[on_path], ng)
         self._tick("rate-gains")
         # line 17: guard, then learn from every candidate of every accepted parent
         losses = self._learn_acceptance(rc, path_c, outcome)
         self._tick("acceptance-learning")
         # line 18
         if self.ngram_on:
-            self.index.extend(list(outcome.new_tokens))
+            self.index.extend(outcome.new_tokens)
         self._tick("ngram")
         if record is not None:
             record.n_labelled, record.logloss_fitted, record.logloss_head = losses
@@ -506,13 +522,12 @@ class AdaSparkRule(WidthRule):
         cands = rc.cands
         assert (cands is not None and rc.features is not None and rc.q_head is not None
                 and rc.head_raw is not None)
-        q_model = rc.q_model.tolist() if rc.q_model is not None else None
         labelled = acc.learn_round(
-            cands, rc.features, path_c, int(outcome.new_tokens[-1]), rc.q_head.tolist(),
-            rc.head_raw.tolist(), q_model, rc.terms, set(rc.order[: max(rc.width - 1, 0)]),
+            cands, rc.features, path_c, int(outcome.new_tokens[-1]), rc.q_head,
+            rc.head_raw, rc.q_model, rc.terms, set(rc.order[: max(rc.width - 1, 0)]),
             self.model, self.head if self.head_offset_on else None,
-            self.cfg.acceptance_model.offset_labels == "all_candidates")
-        return add_losses(self.summary, *labelled, fitted=q_model is not None)
+            self.cfg.acceptance_model.offset_labels == "all_candidates", rc.parent)
+        return add_losses(self.summary, *labelled, fitted=rc.q_model is not None)
 
     # -- the store -------------------------------------------------------------------------------
 
@@ -534,3 +549,52 @@ class AdaSparkRule(WidthRule):
             self.incumbent = int(ch["incumbent"])
             self.w1_incumbent = bool(ch["w1_incumbent"])
             self.exploration_clock = int(ch["exploration_clock"])
+
+
+_NO_WEIGHTS = np.zeros(acc.N_COEF)
+
+
+@kernel
+def _round_order(probs: np.ndarray, conf: np.ndarray, eps: float, r_floor: float,
+                 parent: np.ndarray, kind: np.ndarray, agreed: np.ndarray, evidence: np.ndarray,
+                 run: np.ndarray, contra: np.ndarray, src_p: np.ndarray, head_q: np.ndarray,
+                 D: int, K: int, head_b: float, with_model: bool, w: np.ndarray, model_b: float,
+                 u: float, e0: int, e1: int, priced: bool, agreed_counts: bool) -> tuple:
+    """Algorithm 1, lines 5-6 for one round's candidates: the block's features
+    (``features.feature_arrays``), the head-based q (shifted by the head offset ``head_b``),
+    Eq. (6)'s q (``acceptance.bucket_terms``, ``eq6_scores``, ``softmax_by_parent``) when there is a
+    model, the n-gram mask of Eq. (7) and, under the q that prices the tree (the model's while
+    the guard lets it, ``priced``), Prop. 1's order, ``S``, ``S_ng`` and each candidate's rank."""
+    lh, ls, logr = feature_arrays(probs, conf, eps, r_floor)
+    n = parent.shape[0]
+    q_head = acc.shift(head_q, head_b)
+    if with_model:
+        coef, base = acc.bucket_terms(kind, agreed, evidence, run, contra, src_p, eps, e0, e1)
+        q_model = acc.softmax_by_parent(acc.eq6_scores(w, model_b, u, lh, ls, logr, D, K, coef,
+                                                     base), parent)
+    else:
+        coef, base = np.full(n, -1, dtype=np.int64), np.zeros(n)
+        q_model = np.zeros(0)
+    is_ng = np.empty(n, dtype=np.bool_)
+    for j in range(n):
+        is_ng[j] = kind[j] == 2 or (agreed_counts and agreed[j])
+    order, S, s_ng = ngram_order_arrays(parent, q_model if priced else q_head, is_ng)
+    rank = np.empty(n, dtype=np.int64)   # the order's inverse permutation
+    for k in range(n):
+        rank[order[k]] = k
+    return lh, ls, logr, q_head, q_model, coef, base, is_ng, order, S, s_ng, rank
+
+
+@kernel
+def _placed_sums(S: np.ndarray, rank: np.ndarray, is_ng: np.ndarray,
+                 placed: np.ndarray) -> tuple[float, float]:
+    """The placed candidates' expected accepted tokens, all and the n-gram-priced ones: each
+    one's own ``Q`` read off ``S`` at its rank."""
+    s_all = s_ng = 0.0
+    for j in placed:
+        r = rank[j]
+        qp = S[r + 1] - S[r]
+        s_all += qp
+        if is_ng[j]:
+            s_ng += qp
+    return s_all, s_ng

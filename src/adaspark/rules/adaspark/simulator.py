@@ -343,3 +343,24 @@ def rate_of(replies: list[SimReply]) -> float:
     t = sum(r.tokens for r in replies)
     s = sum(r.seconds for r in replies)
     return t / s if s > 0 else math.nan
+
+
+def warm_kernels() -> float:
+    """Compile (the first time on a machine) or load the scheduler's kernels (``adaspark.jit``)
+    before a timed round needs them: two short simulated requests through AdaSpark (learned
+    widths, the fitted model, n-gram fill over a prompt long enough to grow the index, the
+    end-of-request refit) and one through a pinned chain's layout. Returns the seconds it
+    took."""
+    import time
+
+    from adaspark.rules.adaspark.rule import AdaSparkRule
+    from adaspark.rules.base import make_rule
+
+    t0 = time.perf_counter()
+    env = Environment(cost=RisingCost(base=0.030, per_row=0.0004, slope=0.01),
+                      text=TextProcess(vocab=300, copy_start=0.2, copy_continue=0.9),
+                      drafter=DrafterProcess(B=4, K=4), fixed=0.010, max_rows=64, seed=0)
+    sim = Simulator(env)
+    sim.run(AdaSparkRule(offer_width1=True), [0, 1], 300, 48)
+    sim.run(make_rule("pinned", width=6), [0], 40, 8)
+    return time.perf_counter() - t0

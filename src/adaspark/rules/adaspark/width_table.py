@@ -16,21 +16,31 @@ from typing import Any
 
 import numpy as np
 
+from adaspark.jit import kernel
 from adaspark.rules.adaspark.config import CostModelConfig
 from adaspark.rules.adaspark.cost_law import Basis, CostClass, FixedCostClock, context_basis
 
 
 def envelope(prices: list[tuple[int, float | None]]) -> list[tuple[int, float]]:
     """Prop. 2: the widths worth offering, ascending, with their own prices: every priced class
-    top that no wider class undercuts."""
-    out: list[tuple[int, float]] = []
+    top that no wider class undercuts (:func:`envelope_mask`)."""
+    p = np.asarray([np.nan if x is None else x for _, x in prices], dtype=np.float64)
+    keep = envelope_mask(p).tolist()
+    return [(w, float(x)) for (w, x), k in zip(prices, keep, strict=True) if k]
+
+
+@kernel
+def envelope_mask(prices: np.ndarray) -> np.ndarray:
+    """Which of the classes' own prices (ascending tops, NaN while unmeasured) the envelope
+    keeps: a price no wider class undercuts (ties to the narrower)."""
+    keep = np.zeros(prices.shape[0], dtype=np.bool_)
     cheapest = math.inf
-    for width, p in reversed(prices):
-        if p is not None and p <= cheapest:
+    for i in range(prices.shape[0] - 1, -1, -1):
+        p = prices[i]
+        if not math.isnan(p) and p <= cheapest:
             cheapest = p
-            out.append((width, p))
-    out.reverse()
-    return out
+            keep[i] = True
+    return keep
 
 
 def price_at(width: int, prices: list[tuple[int, float | None]]) -> float | None:
@@ -75,7 +85,7 @@ class PriceStack:
     def _alloc(self, n: int) -> None:
         self.w = np.zeros((5, n))
         self.lo_f, self.hi_f, self.coef = np.zeros(n), np.zeros(n), np.zeros(n)
-        self.tops = [0] * n
+        self.tops = np.zeros(n, dtype=np.int64)
         self.vectorised = [False] * n   # the column's price is the formula's
         self.plain = False              # every class reachable and vectorised
 
@@ -85,9 +95,9 @@ class PriceStack:
         ok = k.measured >= self.need and law.scale is not None and law.seen > 0
         self.vectorised[i] = ok and not k.unreachable
         if ok:
-            self.w[:, i] = law.w
-            self.lo_f[i], self.hi_f[i] = self.lo * law.floor, self.hi * law.floor
-            self.coef[i] = law.scale * k.level.value / k.clock_at
+            _set_column(self.w, self.lo_f, self.hi_f, self.coef, i, law.w,
+                        self.lo * law.floor, self.hi * law.floor,
+                        law.scale * k.level.value / k.clock_at)
 
     def sync(self, classes: list[CostClass]) -> None:
         """Refresh the columns of the classes whose stamp moved (all of them when the table's
@@ -107,16 +117,43 @@ class PriceStack:
         self.plain = all(self.vectorised)
 
     def prices(self, classes: list[CostClass], phi: Basis,
-               clock_now: float) -> list[tuple[int, float | None]]:
-        """Each reachable class's own price, ``None`` while it is unmeasured."""
+               clock_now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each reachable class's top and own price (NaN while it is unmeasured), in table
+        order."""
         self.sync(classes)
-        y = np.asarray(phi) @ self.w
-        p = (np.minimum(np.maximum(y, self.lo_f), self.hi_f) * self.coef * clock_now).tolist()
+        p = _stack_prices(phi, self.w, self.lo_f, self.hi_f, self.coef, clock_now)
         if self.plain:
-            return list(zip(self.tops, p, strict=True))
+            return self.tops, p
         vec = self.vectorised
-        return [(k.hi, p[i] if vec[i] else k.price(phi, clock_now))
-                for i, k in enumerate(classes) if not k.unreachable]
+        tops, out = [], []
+        for i, k in enumerate(classes):
+            if not k.unreachable:
+                tops.append(k.hi)
+                x = p[i] if vec[i] else k.price(phi, clock_now)
+                out.append(np.nan if x is None else x)
+        return np.asarray(tops, dtype=np.int64), np.asarray(out, dtype=np.float64)
+
+
+@kernel
+def _set_column(w: np.ndarray, lo_f: np.ndarray, hi_f: np.ndarray, coef: np.ndarray, i: int,
+                law_w: np.ndarray, lo: float, hi: float, c: float) -> None:
+    """Column ``i`` of the stack: a class's law weights, clamp bounds and price factor."""
+    for r in range(5):
+        w[r, i] = law_w[r]
+    lo_f[i], hi_f[i], coef[i] = lo, hi, c
+
+
+@kernel
+def _stack_prices(phi: tuple, w: np.ndarray, lo_f: np.ndarray, hi_f: np.ndarray,
+                  coef: np.ndarray, clock_now: float) -> np.ndarray:
+    """:class:`PriceStack`'s formula per column: ``clamp(phi . W, lo, hi) * coef * D_now``."""
+    n = w.shape[1]
+    out = np.empty(n)
+    for i in range(n):
+        y = w[0, i] + w[1, i] * phi[1] + w[2, i] * phi[2] + w[3, i] * phi[3] + w[4, i] * phi[4]
+        y = min(max(y, lo_f[i]), hi_f[i])
+        out[i] = y * coef[i] * clock_now
+    return out
 
 
 class WidthTable:
@@ -157,7 +194,14 @@ class WidthTable:
 
     def class_prices(self, phi: Basis) -> list[tuple[int, float | None]]:
         """Each reachable class's own price (Eq. 5), ``None`` while it is unmeasured: one
-        vectorised pass (:class:`PriceStack`)."""
+        pass (:class:`PriceStack`)."""
+        tops, p = self.price_arrays(phi)
+        return [(t, None if math.isnan(x) else x) for t, x in zip(tops.tolist(), p.tolist(),
+                                                                   strict=True)]
+
+    def price_arrays(self, phi: Basis) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`class_prices` as arrays: the reachable classes' tops and prices (NaN while
+        unmeasured)."""
         return self.stack.prices(self.classes, phi, self.clock.reading())
 
     def plain_price(self, phi: Basis) -> float | None:
@@ -258,6 +302,12 @@ class WidthTable:
         else:
             self.held_width, self.held_rounds = width, 1
 
+    def may_split(self) -> bool:
+        """Whether :meth:`split` could split a class now (the rule's every choice round asks)."""
+        c = self.cfg
+        return (self.mode == "learned" and len(self.classes) < c.most_widths_learned
+                and self.held_rounds >= c.split_hold_rounds)
+
     def split(self, could_beat: Callable[[int, float], bool],
               prices: list[tuple[int, float | None]]) -> int | None:
         """The split test and rule. Once the chooser has held a width for ``split_hold_rounds``,
@@ -269,8 +319,7 @@ class WidthTable:
         midpoint. Called on rounds the chooser chose (no width is being measured); a class
         without both prices is never split. Returns the new width, or ``None``."""
         c = self.cfg
-        if (self.mode != "learned" or len(self.classes) >= c.most_widths_learned
-                or self.held_rounds < c.split_hold_rounds):
+        if not self.may_split():
             return None
         own = dict(prices)
         tops = [k.hi for k in self.classes]
