@@ -10,7 +10,7 @@ MAX_LINES = 700
 PARTS = ("decoding", "rules", "serving", "runs", "analysis", "testset", "stages", "replay",
          "training")
 #: The shared modules every part may use.
-TOP_LEVEL = {"__init__.py", "cli.py", "config.py", "io.py", "model_files.py", "paths.py",
+TOP_LEVEL = {"__init__.py", "cli.py", "config.py", "io.py", "jit.py", "model_files.py", "paths.py",
              "provenance.py", "registry.py", "schema.py"}
 
 
