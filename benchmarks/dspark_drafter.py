@@ -18,7 +18,7 @@ head.
 Writes ``<out>/dspark_drafter.json`` (both parts, the files' sha256, the settings).
 
     .venv/bin/python benchmarks/dspark_drafter.py [--cap 128] [--own 8] [--skip-e2e]
-        [--e2e-from runs] [--drafters dspark-embedded,draft-model]
+        [--e2e-from runs] [--drafters dspark-embedded,draft-model] [--order interleaved]
         [--out runs/benchmarks/dspark_drafter]
 """
 
@@ -100,7 +100,7 @@ def chain_acceptance(overrides: list[str], texts: dict[str, list[str]], cap: int
     return out
 
 
-def e2e(out: Path, cap: int, run_root: Path | None = None) -> dict:
+def e2e(out: Path, cap: int, run_root: Path | None = None, order: str = "interleaved") -> dict:
     """``benchmarks/e2e_short.py`` over the arms above, then Table 2 from adaspark-dspark and
     llama-server's own counters from llamacpp-dspark. With ``run_root`` (a pipeline run's
     ``runs/``, ``--e2e-from``) nothing is run: the same figures are read from its ``arms/``
@@ -116,7 +116,8 @@ def e2e(out: Path, cap: int, run_root: Path | None = None) -> dict:
     if run_root is None:
         d = out / "e2e"
         r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "e2e_short.py"), "--cap",
-                            str(cap), "--arms", ",".join(E2E_ARMS), "--out", str(d)], cwd=REPO)
+                            str(cap), "--arms", ",".join(E2E_ARMS), "--out", str(d),
+                            "--order", order], cwd=REPO)
         if r.returncode != 0:
             return {"error": f"e2e_short exited {r.returncode}"}
         res = json.loads((d / "e2e_short.json").read_text())
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafters", default="dspark-embedded,draft-model",
                     help=f"comma-separated, of {sorted(DRAFTERS)}")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks" / "dspark_drafter")
+    ap.add_argument("--order", choices=["sequential", "interleaved"], default="interleaved",
+                    help="part 2's run order (the default preset's groups when interleaved)")
     a = ap.parse_args(argv)
     from adaspark import provenance
     from adaspark.io import write_json
@@ -165,13 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                     "acceptance": {}}
     if prev.is_file():  # another --drafters run: keep its drafters
         result["acceptance"] = json.loads(prev.read_text()).get("acceptance", {})
-    for name in a.drafters.split(","):
+    for name in [d for d in a.drafters.split(",") if d]:   # "": part 2 alone
         over = DRAFTERS[name]
         print(f"== {name}: fullchain on {sum(map(len, texts.values()))} prompts", flush=True)
         result["acceptance"][name] = chain_acceptance(over, texts, a.cap)
         write_json(a.out / "dspark_drafter.json", result)
     if not a.skip_e2e:
-        result["e2e"] = e2e(a.out, a.cap, a.e2e_from)
+        result["e2e"] = e2e(a.out, a.cap, a.e2e_from, a.order)
     result["seconds"] = time.time() - t0
     write_json(a.out / "dspark_drafter.json", result)
     print("\nacceptance in a chain of B (1 + accepted drafts per drafting round):")

@@ -250,3 +250,39 @@ def test_exporting_the_same_weights_again_gives_the_same_bytes(chain, tiny_path)
     from adaspark.model_files import sha256_file
 
     assert first["provenance"]["weights_sha256"] == sha256_file(d / "whole" / "weights.pt")
+
+
+def test_replies_captured_as_they_are_made_match_a_prefill_of_the_same_text(tiny_path):
+    """A reply decoded in a batch of parallel sequences keeps, per row it decoded, the layer
+    inputs a plain prefill of the same text gives (the same rows, in other batches: exact mode's
+    kernels here, as this test process runs them; the stage runs fast mode), and its labels are
+    its own next tokens."""
+    from adaspark.decoding.engine import Model
+    from adaspark.training.capture import capture, enable_capture, greedy_replies
+
+    par = 3
+    m = Model(tiny_path, 512 * par, exact=True, n_seq_max=par, n_batch=512, kv_unified=False)
+    try:
+        assert m.seq_cells == 512
+        enable_capture(m, TINY_LAYERS)
+        prompts = [m.tokenize(t, add_special=False, parse_special=False) for t in
+                   ("def add(a, b):", "The capital of France is", "1, 2, 3, 4,", "import os\n")]
+        docs = {}
+        replies = greedy_replies(m, prompts, 12, parallel=par, layers=TINY_LAYERS,
+                                 on_done=lambda i, r, d: docs.__setitem__(i, (r, d)))
+        assert sorted(docs) == [0, 1, 2, 3]
+        for i, (reply, doc) in docs.items():
+            assert reply == replies[i] and len(reply) == 12
+            assert doc.tokens.tolist() == prompts[i] + reply[:-1]
+            assert doc.labels.tolist() == [*doc.tokens[1:].tolist(), reply[-1]]
+            assert doc.anchor_from == len(prompts[i])
+            plain = capture(m, doc.tokens.tolist(), TINY_LAYERS, anchor_from=doc.anchor_from)
+            a, b = doc.feats.astype(np.float32), plain.feats.astype(np.float32)
+            assert a.shape == b.shape == (len(doc), 3 * 576) and np.array_equal(a, b)
+            # the prefill's argmax is the reply's next token from the prompt's last row on
+            k = len(prompts[i]) - 1
+            assert plain.labels[k:].tolist() == doc.labels[k:].tolist()
+        with pytest.raises(Exception, match="cells of a sequence"):
+            greedy_replies(m, [[1] * 600], 8, parallel=1)
+    finally:
+        m.close()

@@ -307,6 +307,8 @@ class Model:
         self.n_batch = min(n_batch, int(ll.llama_n_batch(self.ctx)))
         self.mem = ll.llama_get_memory(self.ctx)
         self.n_seq_max = n_seq_max
+        #: cells one sequence may hold: the whole context in a unified cache, else its share
+        self.seq_cells = self.n_ctx if kv_unified else self.n_ctx // max(1, n_seq_max)
         self.context_params = context_record(cp, mp, exact=exact, n_ctx_asked=n_ctx)
         self._batch = ll.llama_batch_init(max(n_batch, MAX_ROWS_FAST), 0, n_seq_max)
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))

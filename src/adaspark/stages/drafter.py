@@ -87,7 +87,11 @@ def cmd_data(raw: dict[str, Any], out: Path) -> int:
 
     s = _typed(DataSettings, "drafter_data", raw)
     path, sha = target_file(raw)
-    model = Model(path, s.n_ctx, exact=False, n_seq_max=max(1, s.parallel), n_batch=512)
+    # one stream per sequence (llama-server's --parallel slots): a row attends to its own
+    # sequence's cells only, not to every sequence's
+    par = max(1, s.parallel)
+    model = Model(path, s.n_ctx * par, exact=False, n_seq_max=par, n_batch=512,
+                  kv_unified=False)
     try:
         m = make_dataset(model, sha, s, out, paths.data_dir(), log=_log)
     finally:

@@ -103,6 +103,9 @@ _TASKS = [
     "Refactor this idea into clean, typed Python: a class that {x}.",
     "What is a common bug when code {x}? Show the buggy version and the fix.",
     "Write unit tests with pytest for a function that {x}.",
+    "Write a {lang} function that {x}. Explain your approach briefly.",
+    "How would you write a {lang} program that {x}? Give the code and a usage example.",
+    "Write {lang} code that {x}, handling edge cases, and list the edge cases you handled.",
 ]
 _ACTIONS = [
     "parses an ISO 8601 date string and returns the weekday", "merges two sorted lists",
@@ -117,7 +120,20 @@ _ACTIONS = [
     "implements binary search on a sorted array", "parses command-line arguments",
     "implements an LRU cache", "tokenises an arithmetic expression",
     "schedules tasks by priority with a heap", "formats a byte count as KB, MB or GB",
+    "checks whether two strings are anagrams", "transposes a matrix given as nested lists",
+    "computes the n-th prime number", "converts snake_case names to camelCase",
+    "parses a query string into a dictionary", "finds all permutations of a short string",
+    "merges overlapping intervals", "computes the median of a stream of numbers",
+    "validates a Sudoku board", "counts the islands in a grid of 0s and 1s",
+    "encodes a string with run-length encoding", "finds the shortest path in a small graph",
+    "renders a list of records as a Markdown table", "debounces calls to a callback",
+    "reads environment variables with defaults and type conversion",
+    "generates a random password with given character classes", "deep-merges two dictionaries",
+    "computes the greatest common divisor of a list of integers",
+    "detects a cycle in a linked list", "paginates a list of items",
 ]
+_LANGS = ["Python", "JavaScript", "TypeScript", "Go", "Rust", "Java", "C++", "C#", "Ruby",
+          "Kotlin"]
 _SQL = [
     "returns each customer's total spend in 2023", "finds the top 3 customers by order count",
     "computes monthly revenue", "lists customers with no orders in the last 90 days",
@@ -145,6 +161,54 @@ _CHAT = [
     "Write a haiku about compilers.",
     "What should I check before deploying a web service to production?",
     "Explain what a race condition is, with an everyday analogy.",
+]
+_WRITE = [
+    "Write a short story of about 200 words about {t}.",
+    "Write a persuasive paragraph arguing that {t} matters.",
+    "Write a product description for {t}.",
+    "Write a limerick about {t}.",
+    "Pretend you are a tour guide and describe {t} to visitors.",
+    "Write a blog post introduction about {t}, with a catchy title.",
+    "Give five creative ideas related to {t}, one sentence each.",
+    "Write a dialogue between two friends discussing {t}.",
+]
+_TOPICS = [
+    "a lighthouse keeper who finds a message in a bottle", "learning to play the violin",
+    "a city powered entirely by solar energy", "an old bookshop on a rainy day",
+    "a robot that wants to become a gardener", "the first day at a new job",
+    "a reusable water bottle that tracks hydration", "a mountain village in winter",
+    "the history of the printing press", "a friendly dragon who is afraid of the dark",
+    "urban beekeeping", "a smart umbrella", "a train journey across a desert",
+    "volunteering at an animal shelter", "a museum of forgotten inventions",
+]
+_EXPLAIN_TOPICS = [
+    "photosynthesis", "inflation", "the Pythagorean theorem", "how vaccines work",
+    "supply and demand", "the causes of the First World War", "plate tectonics",
+    "how a compiler works", "compound interest", "the greenhouse effect", "natural selection",
+    "how the internet routes packets", "the French Revolution", "entropy", "Newton's laws",
+    "the difference between weather and climate", "how credit scores work",
+    "the structure of DNA", "public-key cryptography", "the Renaissance",
+]
+_AUDIENCES = ["a ten-year-old", "a high-school student", "a busy executive", "an expert",
+              "someone who has never heard of it"]
+_SENTENCES = [
+    "The meeting has been moved to Thursday afternoon.",
+    "Please remember to water the plants while I am away.",
+    "Our new library opens next month with a larger children's section.",
+    "I would like to book a table for four people at eight o'clock.",
+    "The train was delayed because of heavy snow on the tracks.",
+    "Thank you for your help with the project; it made a big difference.",
+]
+_LANG_NAMES = ["French", "German", "Spanish", "Italian", "Portuguese", "Chinese", "Japanese"]
+_REASON = [
+    "Alice is older than Bob, and Bob is older than Carol. Who is the youngest? Explain.",
+    "If all bloops are razzies and all razzies are lazzies, are all bloops lazzies? Why?",
+    "A bat and a ball cost $1.10 in total. The bat costs $1.00 more than the ball. How much "
+    "does the ball cost? Reason carefully.",
+    "Three boxes are labelled apples, oranges and mixed, and every label is wrong. You may "
+    "take one fruit from one box. How do you relabel them?",
+    "A farmer has {a} sheep and all but {b} run away. How many are left? Explain.",
+    "What is the next number in the sequence {a}, {c}, {d}, ...? Explain the pattern.",
 ]
 _TOOLS = [
     ("get_weather", "city: string, unit: 'C' or 'F'", "What's the weather in {c} in Celsius?"),
@@ -195,15 +259,23 @@ def prompts(n: int, seed: int, root: Path | None = None) -> list[Document]:
     # and the replies already made stay keyed to their prompts.
     docs = docstrings(33, seed, root)
     out: list[str] = []
+    funcs = stdlib_functions(200, seed, root)
     makers = [
-        lambda: rng.choice(_TASKS).format(x=rng.choice(_ACTIONS), y=rng.choice(_SQL)),
-        lambda: rng.choice(_TASKS).format(x=rng.choice(_ACTIONS), y=rng.choice(_SQL)),
+        lambda: rng.choice(_TASKS).format(x=rng.choice(_ACTIONS), y=rng.choice(_SQL),
+                                          lang=rng.choice(_LANGS)),
+        lambda: rng.choice(_TASKS).format(x=rng.choice(_ACTIONS), y=rng.choice(_SQL),
+                                          lang=rng.choice(_LANGS)),
         lambda: rng.choice(_EXPLAIN).format(m=rng.choice(modules)),
         lambda: rng.choice(_CHAT),
         lambda: _math_prompt(rng),
         lambda: _table_prompt(rng),
         lambda: _tool_prompt(rng),
         lambda: _summary_prompt(rng, docs),
+        lambda: _completion_prompt(rng, funcs),
+        lambda: _code_explain_prompt(rng, funcs),
+        lambda: _tool_result_prompt(rng),
+        lambda: _general_prompt(rng),
+        lambda: _general_prompt(rng),
     ]
     seen: set[str] = set()
     while len(out) < n:
@@ -226,6 +298,94 @@ def _summary_prompt(rng: random.Random, docs: list[tuple[str, str]]) -> str:
     mod, doc = rng.choice(docs)
     return (f"Here is the documentation of Python's {mod} module:\n\n{doc}\n\n"
             "Summarise what it is for in a few sentences, then list its main uses.")
+
+
+def stdlib_functions(n: int, seed: int, root: Path | None = None) -> list[tuple[str, str]]:
+    """``n`` documented public standard-library functions of 4-40 lines as (stub, source): the
+    stub is the signature and docstring, the source the whole function, both dedented; at most
+    one per file, files in a seeded order."""
+    import ast
+    import textwrap
+
+    out: list[tuple[str, str]] = []
+    files = stdlib_files(root)
+    random.Random(seed + 2).shuffle(files)
+    for p in files:
+        try:
+            src = p.read_text(encoding="utf-8")
+            tree = ast.parse(src)
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue
+        lines = src.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            doc, end = ast.get_docstring(node), node.end_lineno or node.lineno
+            if not doc or len(doc) < 40 or not 4 <= end - node.lineno <= 40 or node.decorator_list:
+                continue
+            doc_end = node.body[0].end_lineno or node.lineno
+            stub = textwrap.dedent("\n".join(lines[node.lineno - 1:doc_end])) + "\n"
+            out.append((stub, textwrap.dedent("\n".join(lines[node.lineno - 1:end]))))
+            break
+        if len(out) >= n:
+            break
+    return out
+
+
+def _completion_prompt(rng: random.Random, funcs: list[tuple[str, str]]) -> str:
+    stub, _ = rng.choice(funcs)
+    return rng.choice([
+        f"Complete the following Python function:\n\n```python\n{stub}```",
+        f"Implement this function so that it does what its docstring says:\n\n{stub}",
+        f"{stub}",
+    ])
+
+
+def _code_explain_prompt(rng: random.Random, funcs: list[tuple[str, str]]) -> str:
+    _, body = rng.choice(funcs)
+    return rng.choice([
+        f"Explain what this code does, line by line:\n\n```python\n{body}\n```",
+        f"Review this function and suggest improvements:\n\n```python\n{body}\n```",
+        f"Rewrite this Python function in JavaScript:\n\n```python\n{body}\n```",
+        f"Write pytest tests for this function:\n\n```python\n{body}\n```",
+    ])
+
+
+def _tool_result_prompt(rng: random.Random) -> str:
+    city = rng.choice(_CITIES)
+    temp, wind = rng.randint(-5, 34), rng.randint(2, 40)
+    sym, price = rng.choice(_SYMBOLS), round(rng.uniform(10, 400), 2)
+    ch = round(rng.uniform(-4, 4), 2)
+    results = [
+        (f"What's the weather like in {city}?",
+         f'{{"city": "{city}", "temperature_c": {temp}, "wind_kmh": {wind}, '
+         f'"conditions": "{rng.choice(["sunny", "cloudy", "light rain", "snow", "fog"])}"}}'),
+        (f"How is {sym} doing today?",
+         f'{{"symbol": "{sym}", "price": {price}, "change_percent": {ch}, '
+         f'"volume": {rng.randint(10_000, 9_000_000)}}}'),
+        (f"Find me a flight from {city} to {rng.choice(_CITIES)} next Friday.",
+         f'[{{"flight": "XA{rng.randint(100, 999)}", "departs": "07:{rng.randint(10, 59)}", '
+         f'"price_eur": {rng.randint(60, 600)}}}, {{"flight": "XB{rng.randint(100, 999)}", '
+         f'"departs": "18:{rng.randint(10, 59)}", "price_eur": {rng.randint(60, 600)}}}]'),
+    ]
+    ask, result = rng.choice(results)
+    return (f"{ask}\n\nI already called the tool for you. Its result was:\n{result}\n\n"
+            "Answer my question using this result.")
+
+
+def _general_prompt(rng: random.Random) -> str:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return rng.choice(_WRITE).format(t=rng.choice(_TOPICS))
+    if kind == 1:
+        return (f"Explain {rng.choice(_EXPLAIN_TOPICS)} to {rng.choice(_AUDIENCES)}.")
+    if kind == 2:
+        return (f"Translate into {rng.choice(_LANG_NAMES)}: \"{rng.choice(_SENTENCES)}\" Then "
+                "explain any word choices that might be tricky.")
+    if kind == 3:
+        a, b = rng.randint(12, 40), rng.randint(2, 9)
+        return rng.choice(_REASON).format(a=a, b=b, c=a + b, d=a + 2 * b)
+    return rng.choice(_CHAT)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
 """The ``drafter-data`` stage's work (issue 15): training text, the target's greedy replies to
-the prompts, the overlap check against the test set, and the capture of every document, written
-incrementally so that a killed run resumes.
+the prompts (captured as they are made, ``training.capture.greedy_replies``), the overlap check
+against the test set, and the capture of the plain text, written incrementally so that a killed
+run resumes.
 
 Layout of the output directory::
 
-    replies.jsonl        one line per prompt: its reply's tokens (appended as each ends)
+    replies.jsonl        one line per prompt: its reply's tokens and the test-set spans it
+                         shared (appended as each ends, after its document; a reply with a
+                         shared span is recorded empty and not kept)
     docs/<key>.npz       one captured document (tokens, labels, feats, anchor_from)
     manifest.json        what was captured, from what, with the overlap report and timings
 
@@ -46,7 +49,7 @@ class DataSettings:
     parallel: int  # sequences per decode step while replying
     window: int  # plain text is cut into windows of this many tokens
     seed: int
-    n_ctx: int
+    n_ctx: int  # cells per sequence (the context holds ``parallel`` of them)
 
 
 def doc_key(tokens: np.ndarray, target_sha: str, layers: tuple[int, ...]) -> str:
@@ -71,9 +74,11 @@ def reply_key(prompt: list[int], cap: int) -> str:
     return hashlib.sha256(json.dumps([cap, prompt]).encode()).hexdigest()[:24]
 
 
-def read_replies(path: Path) -> dict[str, list[int]]:
-    """Replies by :func:`reply_key` (a line cut by a kill is left out: replied again)."""
-    out: dict[str, list[int]] = {}
+def read_replies(path: Path) -> dict[str, tuple[list[int], int]]:
+    """Recorded replies by :func:`reply_key`: the tokens (empty for a reply dropped by the
+    overlap check) and how many test-set spans it shared (a line cut by a kill is left out:
+    replied again)."""
+    out: dict[str, tuple[list[int], int]] = {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
@@ -81,7 +86,7 @@ def read_replies(path: Path) -> dict[str, list[int]]:
                     r = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                out[str(r["key"])] = [int(t) for t in r["tokens"]]
+                out[str(r["key"])] = ([int(t) for t in r["tokens"]], int(r.get("hits", 0)))
     return out
 
 
@@ -109,27 +114,47 @@ def make_dataset(model: Any, target_sha: str, s: DataSettings, out: Path, data_d
     log(f"training text: {len(plain)} standard-library files, {len(asks)} prompts "
         f"({len(hit_in)} documents dropped for a 50-character span of the test set; "
         f"{len(forbidden):,} spans checked)")
+    enable_capture(model, s.layers)
 
+    # the target's greedy replies, captured as they are made (one document each)
     template = model.chat_template()
     prompt_toks = [model.tokenize(chat.render(template, [{"role": "user", "content": d.text}]),
                                   add_special=model.add_bos, parse_special=True) for d in asks]
     rpath = out / "replies.jsonl"
     keys = [reply_key(p, s.reply_tokens) for p in prompt_toks]
     kept = read_replies(rpath)
-    done = {i: kept[k] for i, k in enumerate(keys) if k in kept}
+    done: dict[int, list[int]] = {}   # prompt -> its reply (empty: dropped)
+    hit_rep: dict[str, int] = {}
+    for i, k in enumerate(keys):
+        if k not in kept:
+            continue
+        reply, hits = kept[k]
+        if hits:
+            done[i], hit_rep[asks[i].name] = [], hits
+        elif _reply_doc(out, prompt_toks[i], reply, target_sha, s.layers).is_file():
+            done[i] = reply
     todo = [i for i in range(len(asks)) if i not in done]
     t_rep = time.time()
     if todo:
-        log(f"greedy replies: {len(todo)} prompts to go ({len(done)} kept from an earlier run), "
-            f"{s.parallel} at a time, at most {s.reply_tokens} tokens each")
+        log(f"greedy replies, captured as they are made: {len(todo)} prompts to go "
+            f"({len(done)} kept from an earlier run), {s.parallel} at a time, at most "
+            f"{s.reply_tokens} tokens each")
         n_tok = [0]
 
-        def on_done(j: int, reply: list[int]) -> None:
+        def on_done(j: int, reply: list[int], doc: Captured | None) -> None:
             i = todo[j]
-            with open_append(rpath) as f:
-                f.write(json_text({"key": keys[i], "name": asks[i].name, "tokens": reply},
+            assert doc is not None
+            hits = overlap_report([Document(asks[i].name, "reply", model.detokenize(reply))],
+                                  forbidden).get(asks[i].name, 0)
+            if hits:   # a reply sharing a span with the test set is not kept
+                hit_rep[asks[i].name] = hits
+            else:
+                save_captured(_reply_doc(out, prompt_toks[i], reply, target_sha, s.layers), doc)
+            with open_append(rpath) as f:   # after its document: a recorded reply is whole
+                f.write(json_text({"key": keys[i], "name": asks[i].name,
+                                   "tokens": [] if hits else reply, "hits": hits},
                                   indent=None).encode("utf-8"))
-            done[i] = reply
+            done[i] = [] if hits else reply
             n_tok[0] += len(reply)
             k = len(done)
             el = time.time() - t_rep
@@ -139,38 +164,36 @@ def make_dataset(model: Any, target_sha: str, s: DataSettings, out: Path, data_d
                 log(f"  replies {k}/{len(asks)}  {rate:.1f} tok/s  ETA {eta / 60:.1f} min")
 
         greedy_replies(model, [prompt_toks[i] for i in todo], s.reply_tokens,
-                       parallel=s.parallel, on_done=on_done)
+                       parallel=s.parallel, layers=s.layers, on_done=on_done)
     rep_s = time.time() - t_rep
-    reply_text = [Document(asks[i].name, "reply", model.detokenize(done[i]))
-                  for i in range(len(asks))]
-    hit_rep = overlap_report(reply_text, forbidden)
 
     docs: list[tuple[str, str, list[int], int]] = []
     for i, d in enumerate(asks):
-        if d.name not in hit_rep:
-            docs.append((d.name, "reply", prompt_toks[i] + done[i], len(prompt_toks[i])))
+        if done[i]:
+            docs.append((d.name, "reply", prompt_toks[i] + done[i][:-1], len(prompt_toks[i])))
     for d in plain:
         toks = model.tokenize(d.text, add_special=False, parse_special=False)
         for k, w in enumerate(windows(toks, s.window)):
             docs.append((f"{d.name}#{k}", "stdlib", w, 1))
 
-    enable_capture(model, s.layers)
+    # plain text: one prefill each, logits on every row
     t_cap, n_new, entries = time.time(), 0, []
-    total = sum(len(t) for _, _, t, _ in docs)
+    total = sum(len(t) for _, kind, t, _ in docs if kind == "stdlib")
     seen = 0
     for name, kind, toks, a0 in docs:
         arr = np.asarray(toks, dtype=np.int32)
         key = doc_key(arr, target_sha, s.layers)
         path = out / "docs" / f"{key}.npz"
-        if not path.is_file():
-            save_captured(path, capture(model, toks, s.layers, anchor_from=a0))
-            n_new += len(toks)
-            el = time.time() - t_cap
-            eta = el / max(n_new, 1) * (total - seen - len(toks))
-            if len(entries) % 25 == 0:
-                log(f"  captured {seen + len(toks):,}/{total:,} tokens  "
-                    f"{n_new / max(el, 1e-9):.0f} tok/s  ETA {eta / 60:.1f} min")
-        seen += len(toks)
+        if kind == "stdlib":
+            if not path.is_file():
+                save_captured(path, capture(model, toks, s.layers, anchor_from=a0))
+                n_new += len(toks)
+                el = time.time() - t_cap
+                eta = el / max(n_new, 1) * (total - seen - len(toks))
+                if len(entries) % 25 == 0:
+                    log(f"  captured {seen + len(toks):,}/{total:,} standard-library tokens  "
+                        f"{n_new / max(el, 1e-9):.0f} tok/s  ETA {eta / 60:.1f} min")
+            seen += len(toks)
         entries.append({"name": name, "kind": kind, "key": key, "tokens": len(toks),
                         "anchor_from": a0})
     cap_s = time.time() - t_cap
@@ -182,16 +205,23 @@ def make_dataset(model: Any, target_sha: str, s: DataSettings, out: Path, data_d
             "stdlib": "the Python standard library's source files of this interpreter "
                       "(tests, idlelib, lib2to3, turtledemo and site-packages left out)",
             "replies": "the target's greedy replies (fast mode) to prompts written for this "
-                       "purpose (adaspark.training.corpus.prompts)"},
+                       "purpose (adaspark.training.corpus.prompts), captured as they were made"},
         "overlap": {"span_chars": 50, "test_set_spans": len(forbidden),
                     "dropped_inputs": hit_in, "dropped_replies": hit_rep,
                     "kept_documents": len(docs)},
-        "tokens": {"reply": sum(len(done[i]) for i in range(len(asks))
-                                if asks[i].name not in hit_rep),
-                   "total": total,
-                   "stdlib": sum(e["tokens"] for e in entries if e["kind"] == "stdlib")},
+        "tokens": {"reply": sum(len(done[i]) for i in range(len(asks))),
+                   "total": sum(e["tokens"] for e in entries),
+                   "stdlib": total},
         "seconds": {"replies": rep_s, "capture": cap_s, "total": time.time() - t0},
         "docs": entries,
     }
     write_json(out / "manifest.json", manifest)
     return manifest
+
+
+def _reply_doc(out: Path, prompt: list[int], reply: list[int], target_sha: str,
+               layers: tuple[int, ...]) -> Path:
+    """Where a reply's captured document lives (its rows: the prompt and the reply but its last
+    token)."""
+    toks = np.asarray([*prompt, *reply[:-1]], dtype=np.int32)
+    return out / "docs" / f"{doc_key(toks, target_sha, layers)}.npz"

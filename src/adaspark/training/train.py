@@ -14,6 +14,9 @@ resumable checkpoints, and the held-out acceptance curve.
   manifest and the settings): every ``checkpoint_every`` steps, atomically; a rerun resumes from
   the last one with its optimiser and random state, so a killed training loses at most that many
   steps and ends with the same weights as an unbroken one.
+* **Selection**: each held-out evaluation that beats the best so far keeps its weights
+  (``best.pt`` beside the checkpoint); the weights written are the best held-out acceptance
+  length's, the last step's if no earlier one beat it (``metrics.json`` names the step).
 """
 
 from __future__ import annotations
@@ -162,6 +165,14 @@ def evaluate(net: DSparkNet, docs: list[Captured], t2d: torch.Tensor, mask_token
             "accept_len": acc / max(n, 1), "anchors": n}
 
 
+def best_len(folder: Path) -> float:
+    """The held-out acceptance length of the best weights kept so far (0 when none)."""
+    f = folder / "best.pt"
+    if not f.is_file():
+        return 0.0
+    return float(torch.load(f, weights_only=False)["heldout"]["accept_len"])
+
+
 def checkpoint_dir(cache: Path, key: str) -> Path:
     return cache / "drafter" / "checkpoints" / key
 
@@ -242,6 +253,9 @@ def train(docs: list[Captured], manifest: dict[str, Any], tok_embd: torch.Tensor
             curve[-1]["heldout"] = ev
             log(f"  held out at step {step}: accept {ev['accept_len']:.3f}, per position "
                 f"{ev['per_position']}")
+            if ev["accept_len"] > best_len(ck.parent):   # the weights the export takes
+                save_checkpoint(ck.parent / "best.pt", {"model": net.state_dict(),
+                                                        "step": step, "heldout": ev})
         if step % s.checkpoint_every == 0 or step == s.steps:
             save_checkpoint(ck, {"model": net.state_dict(), "opt": opt.state_dict(),
                                  "step": step, "curve": curve, "rng": rng.bit_generator.state,
@@ -251,13 +265,25 @@ def train(docs: list[Captured], manifest: dict[str, Any], tok_embd: torch.Tensor
 
             os._exit(137)
     final = evaluate(net, held, t2d, mask_token, s) if held else {}
+    last = {"step": step, "heldout": final}
+    chosen = last
+    best = ck.parent / "best.pt"
+    if held and best.is_file():   # the step with the best held-out acceptance length
+        b = torch.load(best, weights_only=False)
+        if b["heldout"]["accept_len"] > final["accept_len"]:
+            net.load_state_dict(b["model"], strict=False)
+            chosen = {"step": b["step"], "heldout": b["heldout"]}
+            final = b["heldout"]
+    log(f"exported weights: step {chosen['step']} (held-out acceptance length "
+        f"{final.get('accept_len', float('nan')):.3f}; the last step's "
+        f"{last['heldout'].get('accept_len', float('nan')):.3f})")
     state = {k: v for k, v in net.state_dict().items() if k != "tok_embd"}
     with atomic_path(out / "weights.pt") as tmp:
         torch.save({"model": state, "dims": dims.as_dict(), "d2t": d2t,
                     "mask_token": mask_token}, tmp)
     metrics = {"settings": asdict(s), "checkpoint_key": key, "draft_vocab_coverage": coverage,
                "train_documents": len(train_docs), "heldout_documents": len(held),
-               "heldout": final, "curve": curve, "seconds": time.time() - t0,
-               "resumed_at": first}
+               "heldout": final, "selected_step": chosen["step"], "last_step": last,
+               "curve": curve, "seconds": time.time() - t0, "resumed_at": first}
     write_json(out / "metrics.json", metrics)
     return metrics
