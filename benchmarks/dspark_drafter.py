@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     texts = {"short": short_prompts(), "own": own_prompts(a.own)}
     t0 = time.time()
     prev = a.out / "dspark_drafter.json"
-    result: dict = {"settings": vars(a) | {"out": str(a.out)}, "versions": provenance.versions(),
+    result: dict = {"settings": {k: str(v) if isinstance(v, Path) else v
+                                 for k, v in vars(a).items()}, "versions": provenance.versions(),
                     "acceptance": {}}
     if prev.is_file():  # another --drafters run: keep its drafters
         result["acceptance"] = json.loads(prev.read_text()).get("acceptance", {})
