@@ -83,6 +83,12 @@ def layer_rows(model: Model, layers: Sequence[int], n: int) -> np.ndarray:
     return out
 
 
+def reply_rows(prompt: Sequence[int], reply: Sequence[int]) -> list[int]:
+    """The rows the target decoded for a greedy reply: the prompt and every reply token but the
+    last (whose row was never decoded); a reply document's tokens (:func:`reply_document`)."""
+    return [int(t) for t in prompt] + [int(t) for t in reply[:-1]]
+
+
 def reply_document(prompt: Sequence[int], reply: Sequence[int],
                    feats: list[np.ndarray]) -> Captured:
     """A prompt and the target's greedy reply as one captured text: the rows the target decoded
@@ -91,7 +97,7 @@ def reply_document(prompt: Sequence[int], reply: Sequence[int],
     (the reply is greedy). The prompt's other rows were decoded without logits: their labels are
     the text's next tokens, context only (``anchor_from``, the reply's first token, is where
     anchors and read labels start)."""
-    toks = np.asarray([*prompt, *reply[:-1]], dtype=np.int32)
+    toks = np.asarray(reply_rows(prompt, reply), dtype=np.int32)
     labels = np.asarray([*toks[1:], reply[-1]], dtype=np.int32)
     f = np.concatenate(feats, axis=0)
     if f.shape[0] != toks.shape[0]:

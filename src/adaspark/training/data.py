@@ -27,7 +27,13 @@ from typing import Any
 import numpy as np
 
 from adaspark.io import atomic_path, json_text, open_append, open_new, write_json
-from adaspark.training.capture import Captured, capture, enable_capture, greedy_replies
+from adaspark.training.capture import (
+    Captured,
+    capture,
+    enable_capture,
+    greedy_replies,
+    reply_rows,
+)
 from adaspark.training.corpus import (
     Document,
     forbidden_spans,
@@ -170,7 +176,8 @@ def make_dataset(model: Any, target_sha: str, s: DataSettings, out: Path, data_d
     docs: list[tuple[str, str, list[int], int]] = []
     for i, d in enumerate(asks):
         if done[i]:
-            docs.append((d.name, "reply", prompt_toks[i] + done[i][:-1], len(prompt_toks[i])))
+            docs.append((d.name, "reply", reply_rows(prompt_toks[i], done[i]),
+                         len(prompt_toks[i])))
     for d in plain:
         toks = model.tokenize(d.text, add_special=False, parse_special=False)
         for k, w in enumerate(windows(toks, s.window)):
@@ -221,7 +228,6 @@ def make_dataset(model: Any, target_sha: str, s: DataSettings, out: Path, data_d
 
 def _reply_doc(out: Path, prompt: list[int], reply: list[int], target_sha: str,
                layers: tuple[int, ...]) -> Path:
-    """Where a reply's captured document lives (its rows: the prompt and the reply but its last
-    token)."""
-    toks = np.asarray([*prompt, *reply[:-1]], dtype=np.int32)
+    """Where a reply's captured document lives (:func:`reply_rows` names its tokens)."""
+    toks = np.asarray(reply_rows(prompt, reply), dtype=np.int32)
     return out / "docs" / f"{doc_key(toks, target_sha, layers)}.npz"

@@ -223,6 +223,7 @@ def train(docs: list[Captured], manifest: dict[str, Any], tok_embd: torch.Tensor
         f"({sum(len(c) for c in train_docs):,} tokens), {len(held)} held out; draft vocabulary "
         f"{s.draft_vocab} covers {coverage:.1%} of the held-out labels")
     t0, first = time.time(), step
+    best_acc = best_len(ck.parent)   # a resumed training's best so far
     while step < s.steps:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, s)
@@ -253,9 +254,10 @@ def train(docs: list[Captured], manifest: dict[str, Any], tok_embd: torch.Tensor
             curve[-1]["heldout"] = ev
             log(f"  held out at step {step}: accept {ev['accept_len']:.3f}, per position "
                 f"{ev['per_position']}")
-            if ev["accept_len"] > best_len(ck.parent):   # the weights the export takes
+            if ev["accept_len"] > best_acc:   # the weights the export takes
                 save_checkpoint(ck.parent / "best.pt", {"model": net.state_dict(),
                                                         "step": step, "heldout": ev})
+                best_acc = ev["accept_len"]
         if step % s.checkpoint_every == 0 or step == s.steps:
             save_checkpoint(ck, {"model": net.state_dict(), "opt": opt.state_dict(),
                                  "step": step, "curve": curve, "rng": rng.bit_generator.state,
