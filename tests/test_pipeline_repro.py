@@ -116,12 +116,15 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     for dev in replay["replays"]:  # Figure 5's pair over Figure 5's own prompts
         f5 = pd.read_parquet(copy / "runs" / "replay" / dev / "fig5" / "prompts.parquet")
         assert sorted(set(f5["width"])) == [8, 16] and (f5["tokens"] > 0).all(), f5
+        # replay.fig5_contexts: the smoke preset labels two of fig5.contexts' three
+        assert sorted(set(f5["context_paper"])) == [128, 256], f5
     labels = json.loads((copy / "runs" / "labels" / "summary.json").read_text())
     # the draft model and the DSpark file, and Figure 5's prompts (with the draft model)
     assert len(set(labels["drafters"]) - {"fig5"}) == 2 and "fig5" in labels["drafters"], labels
     report = (copy / "paper" / "report.md").read_text()
     assert "Replay under qwen3-4b-paper (reconstructed" in report
     assert "Preset `smoke`" in report
+    assert "Not labelled in this preset: the 512-token context" in report
     assert "smollm2-135m" in report
     assert (copy / "paper" / "report.html").stat().st_size > 0
 

@@ -225,6 +225,19 @@ def _fig5_rows(points: pd.DataFrame, lead: Any) -> list[list[str]]:
     return rows
 
 
+def _left_out(prompts: Path) -> str:
+    """The report's words for Figure 5's contexts the labels stage left out
+    (``replay.fig5_contexts``), read beside the replay's ``prompts.parquet``."""
+    meta = prompts.with_suffix(".json")
+    gone = json.loads(meta.read_text(encoding="utf-8")).get("contexts_left_out", []) \
+        if meta.is_file() else []
+    if not gone:
+        return ""
+    return (f" Not labelled in this preset: the {', '.join(f'{c:,}' for c in gone)}-token "
+            "context (replay.fig5_contexts; exact-mode labels there take most of the labels "
+            "stage on this CPU); the fig5 stage measured it on the engine.")
+
+
 def _paper_fig5(paper: str | None) -> str:
     """What the paper's text says of Figure 5 for ``paper`` (its target), or nothing."""
     from adaspark.analysis import paper_values
@@ -355,7 +368,7 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
                   "16-row tree's extra time and extra tokens per round over the 8-row tree's, "
                   "both pinned with n-gram candidates off, each run from empty, as the fig5 "
                   "stage runs them. Above the diagonal (more tokens than time) the wider tree "
-                  "decodes faster." + _paper_fig5(paper))
+                  "decodes faster." + _paper_fig5(paper) + _left_out(prompts))
             sec.tables((f"Figure 5 in replay under {dev} (its prompts)",
                         ["context", "prompt", *FIG5_CELLS],
                         _fig5_rows(mp, lambda r: [f"{r.context:,}", str(r.prompt)])))

@@ -55,10 +55,20 @@ def label_depth(params: dict[str, Any]) -> int:
     return int((sched.get("ngram_fill") or {}).get("chain_depth_limit", 32)) + 2
 
 
-def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any) -> dict[str, Any]:
-    """Figure 5's prompts (the fig5 stage's: ``fig5.contexts``, ``prompts_per_context``), each
-    labelled for ``fig5.max_tokens`` tokens and a tree's depth past them with the pinned pair's
-    drafter; their tokens go to ``OUT/fig5_prompts.json`` for the replay stage."""
+def fig5_label_contexts(contexts: list[int], chosen: list[int] | None) -> tuple[list[int],
+                                                                              list[int]]:
+    """Figure 5's contexts to label and those left out: ``chosen`` of ``contexts`` in their
+    order (``replay.fig5_contexts``; empty or None: every one)."""
+    kept = [c for c in contexts if not chosen or c in chosen]
+    return kept, [c for c in contexts if c not in kept]
+
+
+def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any,
+               contexts: list[int] | None = None) -> dict[str, Any]:
+    """Figure 5's prompts (the fig5 stage's: ``fig5.contexts``, ``prompts_per_context``; only
+    ``contexts`` of them when given), each labelled for ``fig5.max_tokens`` tokens and a tree's
+    depth past them with the pinned pair's drafter; their tokens go to
+    ``OUT/fig5_prompts.json`` for the replay stage, with the contexts left out."""
     from adaspark.replay.command import Labeller
     from adaspark.replay.settings import FIG5_PROMPTS
     from adaspark.schema import check_arm
@@ -68,6 +78,7 @@ def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any) -> dict[st
 
     f5 = Fig5Settings.from_section(params.get("fig5"))
     arm = check_arm(pinned_arm(params, f5.widths[0]), "fig5's pinned arm")
+    wanted, left_out = fig5_label_contexts(list(f5.contexts), contexts)
     labeller = Labeller(cfg, arm, out, restart=True, log=lambda m: say(f"[fig5] {m}"))
     try:
         by_ctx, paper_of = prompts_by_context(
@@ -75,14 +86,16 @@ def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any) -> dict[st
             reserve=max(RESERVE_TOKENS, f5.max_tokens + 16))
         prompts = [{"context": ctx, "context_paper": paper_of[ctx], "prompt": p.name,
                     "tokens": [int(t) for t in p.token_ids]}
-                   for ctx in sorted(by_ctx) for p in by_ctx[ctx][: f5.prompts_per_context]]
+                   for ctx in sorted(by_ctx) if paper_of[ctx] in wanted
+                   for p in by_ctx[ctx][: f5.prompts_per_context]]
         n = f5.max_tokens + labeller.block_positions + label_depth(params)
-        say(f"labels: Figure 5's {len(prompts)} prompts, {n} positions each")
+        say(f"labels: Figure 5's {len(prompts)} prompts, {n} positions each"
+            + (f" (contexts {left_out} left out: replay.fig5_contexts)" if left_out else ""))
         got = labeller.labels([(p["tokens"], n) for p in prompts])
     finally:
         labeller.close()
     io.write_json(out / FIG5_PROMPTS, {"max_tokens": f5.max_tokens, "widths": list(f5.widths),
-                                       "prompts": prompts})
+                                       "prompts": prompts, "contexts_left_out": left_out})
     return {"arm": str(arm.name), "directory": str(labeller.store.dir), "prompts": len(got),
             "positions": sum(len(lab.next) for lab in got.values()),
             "reply_tokens": f5.max_tokens * len(prompts),
@@ -127,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             "reply_tokens": sum(len(t.tokens) for t in traces),
             "labelling_s_now": round(labeller.spent, 2), "identity": labeller.identity}
     if settings.fig5_prompts:
-        done["fig5"] = label_fig5(cfg, params, a.out, say)
+        done["fig5"] = label_fig5(cfg, params, a.out, say, settings.fig5_contexts)
     summary = {"replies_of": settings.replies_of, "subset": settings.subset,
                "cap": settings.cap, "depth": depth, "drafters": done,
                "skipped_arms": skipped, "stage_s": round(time.perf_counter() - t_all, 2)}

@@ -120,6 +120,7 @@ def fig5_prompts(cfg: Any, params: dict[str, Any], labels: Path, device: str, ou
                          "rounds": len(r.rounds), "tokens": len(r.tokens),
                          "decode_s": r.decode_s, "replay": True, "device": pricer.name})
     frame = pd.DataFrame(rows, columns=[*FIG5_COLUMNS, "replay", "device"])
+    io.write_json(out / "prompts.json", {"contexts_left_out": spec.get("contexts_left_out", [])})
     return io.write_parquet(out / "prompts.parquet", pa.Table.from_pandas(frame,
                                                                           preserve_index=False))
 
