@@ -172,6 +172,29 @@ def test_a_stale_extra_group_directory_is_refused_and_old_runs_lack_a_preset(
     assert "'short'" in str(e.value) and "'smoke'" in str(e.value)
 
 
+def test_an_extra_groups_own_cap_is_the_one_its_runs_must_have(
+        mixed_runs: Path, tmp_path: Path) -> None:
+    """``extra_runs.instrumented.cap`` (the default preset's 64 beside run.cap 128): its runs
+    are checked against it, the run_arms' against run.cap, and a mismatch names the key."""
+    from adaspark.analysis.records import Records
+    from adaspark.analysis.run_selection import StaleRunError, selection_from_params
+
+    params = OmegaConf.to_container(OmegaConf.load(smoke_params(tmp_path / "p.yaml")))
+    assert isinstance(params, dict)
+    params["extra_runs"]["instrumented"]["cap"] = 16
+    runs = tmp_path / "runs"
+    shutil.copytree(mixed_runs, runs)
+    with pytest.raises(StaleRunError, match=r"extra_runs\.instrumented\.cap") as e:
+        Records(runs, selection=selection_from_params(params))  # stamped 32, as run.cap
+    assert e.value.run_dir == runs / "extra" / "instrumented" / "adaspark"
+    restamp(runs / "extra" / "instrumented" / "adaspark", TINY, "smoke", 16, "smoke")
+    assert len(Records(runs, selection=selection_from_params(params)).replies()) > 0
+    restamp(runs / "arms" / "adaspark", TINY, "smoke", 16, "smoke")  # run_arms: run.cap
+    with pytest.raises(StaleRunError, match=r"run\.cap") as e:
+        Records(runs, selection=selection_from_params(params))
+    assert e.value.run_dir == runs / "arms" / "adaspark"
+
+
 def test_a_named_directory_without_a_readable_run_json_is_refused(
         mixed_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs"

@@ -88,6 +88,9 @@ class RunSelection:
     drafter_sha256: str | None = None
     cap: int | None = None
     preset: str | None = None
+    #: an extra group's own reply cap (``extra_runs.<group>.cap``), by parent; a parent not
+    #: here has ``cap`` (``run.cap``)
+    caps: Mapping[str, int | None] = field(default_factory=dict)
     #: arms whose file names its own drafter (``drafter: <name>``): the arm's name -> the key
     #: (``drafters.<name>``), file name and manifest sha256 its runs must have recorded
     arm_drafters: Mapping[str, tuple[str, str | None, str | None]] = field(default_factory=dict)
@@ -131,7 +134,11 @@ class RunSelection:
         subset_source = ("run.subset" if parent in (ARMS_DIR, f"{EXTRA_DIR}/repeat")
                          else f"extra_runs.{parent.split('/')[-1]}.subset")
         check("run.subset", run.get("subset"), self.subsets.get(parent), subset_source)
-        check("run.cap", run.get("cap"), self.cap, "run.cap")
+        if parent in self.caps:
+            check("run.cap", run.get("cap"), self.caps[parent],
+                  f"extra_runs.{parent.split('/')[-1]}.cap")
+        else:
+            check("run.cap", run.get("cap"), self.cap, "run.cap")
         if "preset" in run:
             check("run.preset", run.get("preset"), self.preset, "preset.name")
         return out
@@ -178,6 +185,7 @@ def selection_from_params(params: Mapping[str, Any],
     extra = params.get("extra_runs") if isinstance(params.get("extra_runs"), Mapping) else {}
     dirs: dict[str, tuple[str, ...]] = {ARMS_DIR: tuple(map(str, params.get("run_arms") or ()))}
     subsets: dict[str, str | None] = {ARMS_DIR: run.get("subset")}
+    caps: dict[str, int | None] = {}
     for group, spec in extra.items():
         spec = spec if isinstance(spec, Mapping) else {}
         arms = tuple(map(str, spec.get("arms") or ()))
@@ -186,6 +194,8 @@ def selection_from_params(params: Mapping[str, Any],
             dirs[parent], subsets[parent] = tuple(f"{a}@2" for a in arms), run.get("subset")
         else:
             dirs[parent], subsets[parent] = arms, spec.get("subset")
+            if spec.get("cap") is not None:  # the group's own cap (instrumented runs)
+                caps[parent] = int(spec["cap"])
     tfile, tsha = _model_expected(params.get("target"), "target", manifest)
     dfile, dsha = _model_expected(params.get("drafter"), "drafter", manifest)
     drafters = params.get("drafters") if isinstance(params.get("drafters"), Mapping) else {}
@@ -199,5 +209,5 @@ def selection_from_params(params: Mapping[str, Any],
     preset_name = preset.get("name") if isinstance(preset, Mapping) else preset
     return RunSelection(
         dirs=dirs, subsets=subsets, target_file=tfile, target_sha256=tsha, drafter_file=dfile,
-        drafter_sha256=dsha, cap=run.get("cap"), arm_drafters=arm_drafters,
+        drafter_sha256=dsha, cap=run.get("cap"), caps=caps, arm_drafters=arm_drafters,
         preset=None if preset_name is None else str(preset_name))
