@@ -121,6 +121,9 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     labels = json.loads((copy / "runs" / "labels" / "summary.json").read_text())
     # the draft model and the DSpark file, and Figure 5's prompts (with the draft model)
     assert len(set(labels["drafters"]) - {"fig5"}) == 2 and "fig5" in labels["drafters"], labels
+    # both on one pass of the target: each names the other
+    pair = sorted(set(labels["drafters"]) - {"fig5"})
+    assert [labels["drafters"][d]["labelled_with"] for d in pair] == [pair[1:], pair[:1]], labels
     report = (copy / "paper" / "report.md").read_text()
     assert "Replay under qwen3-4b-paper (reconstructed" in report
     assert "Preset `smoke`" in report

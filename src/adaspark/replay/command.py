@@ -34,7 +34,7 @@ from adaspark.replay.labels import (
     LabelStore,
     PromptLabels,
     ensure_labels,
-    label_prompt,
+    label_prompt_jointly,
     prompt_key,
 )
 from adaspark.replay.loop import ReplayedReply, replay_reply
@@ -211,6 +211,7 @@ class Labeller:
         self.say = log or (lambda _m: None)
         self.view = arm_view(cfg, arm)
         self.parts: Any = None
+        self.guest: tuple[Any, Any] | None = None  # (target, drafter) of another's pass
         self.drafted = make_arm_rule(arm, scheduler_mapping(self.view)).uses_drafter
         dcfg = drafter_config(self.view)
         tpath, tsha = model_files.resolve(target_config(self.view))
@@ -254,19 +255,95 @@ class Labeller:
         """Positions to label for a reply: its tokens, a full block past its end and ``depth``."""
         return len(t.tokens) + (self.block_positions if self.drafted else 0) + depth
 
-    def labels(self, wants: list[tuple[list[int], int]]) -> dict[str, PromptLabels]:
-        def make(prompt: list[int], n: int) -> PromptLabels:
-            parts = self._parts()
-            return label_prompt(parts.target, parts.drafter, parts.block_positions, prompt, n)
+    @property
+    def reads_target(self) -> bool:
+        """Whether this labeller's drafter hooks the target (one such drafter per target)."""
+        from adaspark.decoding.drafter.base import DRAFTERS
+        from adaspark.schema import drafter_config
 
-        got, dt = ensure_labels(self.store, wants, make, log=self.say)
-        self.spent += dt
-        return got
+        return self.drafted and bool(
+            getattr(DRAFTERS.get(str(drafter_config(self.view).kind)), "reads_target", False))
+
+    def target_key(self) -> tuple[Any, ...]:
+        """What must agree for two labellers to share one pass of the target: its file, its
+        context and the threads."""
+        from adaspark.schema import target_config
+
+        return (self.identity["target_sha256"], int(target_config(self.view).n_ctx),
+                self.view.get("threads"))
+
+    def drafter_on(self, target: Any) -> Any:
+        """This labeller's drafter, on its own target or (another labeller's pass) on
+        ``target``: built there once, closed with this labeller."""
+        from adaspark.rules.arms import build_drafter
+
+        if not self.drafted:
+            return None
+        if self.parts is not None and self.parts.target is target:
+            return self.parts.drafter
+        if self.guest is None or self.guest[0] is not target:
+            self._close_guest()
+            self.say(f"replay: loading {self.view.drafter.name} beside another arm's target")
+            self.guest = (target, build_drafter(self.view, self.arm, target, exact=True)[0])
+        return self.guest[1]
+
+    def labels(self, wants: list[tuple[list[int], int]]) -> dict[str, PromptLabels]:
+        return label_jointly([self], [wants], log=self.say)[0]
+
+    def _close_guest(self) -> None:
+        if self.guest is not None:
+            self.guest[1].close()
+            self.guest = None
 
     def close(self) -> None:
+        self._close_guest()
         if self.parts is not None:
             self.parts.close()
             self.parts = None
+
+
+def joint_groups(labellers: list[Labeller]) -> list[list[Labeller]]:
+    """The labellers that can share one pass of the target, in their order: the same target
+    file, context and threads, and at most one drafter that hooks the target per group (the
+    first such labeller leads the group: its parts load the target)."""
+    groups: list[list[Labeller]] = []
+    for lab in labellers:
+        home = next((g for g in groups if g[0].target_key() == lab.target_key()
+                     and not (lab.reads_target and any(o.reads_target for o in g))), None)
+        if home is None:
+            groups.append([lab])
+        elif lab.reads_target:
+            home.insert(0, lab)
+        else:
+            home.append(lab)
+    return groups
+
+
+def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], int]]],
+                  log: Any = None) -> list[dict[str, PromptLabels]]:
+    """Each labeller's labels over its ``wants`` (``(prompt, n)``), made in one pass of the
+    target per prompt for all the labellers that need that prompt
+    (:func:`~adaspark.replay.labels.label_prompt_jointly`). The labellers must share a target
+    (:func:`joint_groups`); the first loads it. Each labeller's ``spent`` gets the whole pass's
+    time (the passes are shared, not split)."""
+    lead = labellers[0]
+    if any(o.target_key() != lead.target_key() for o in labellers) or \
+            sum(o.reads_target for o in labellers[1:]):
+        raise ConfigError("these labellers cannot share one pass of the target (another target, "
+                          "or a second drafter reading the target): group them with "
+                          "joint_groups")
+
+    def make(prompt: list[int], n: int, which: list[int]) -> list[PromptLabels]:
+        parts = lead._parts()
+        drafters = [(labellers[j].drafter_on(parts.target), labellers[j].block_positions
+                     if labellers[j].drafted else 0) for j in which]
+        return label_prompt_jointly(parts.target, drafters, prompt, n)
+
+    got, dt = ensure_labels([o.store for o in labellers], wants, make,
+                            log=log or lead.say)
+    for o in labellers:
+        o.spent += dt
+    return got
 
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,61 +224,84 @@ class LabelStore:
 # -- labelling on the engine -----------------------------------------------------------------
 
 
-def label_prompt(target: Any, drafter: Any, block_positions: int, prompt: list[int],
-                 n: int) -> PromptLabels:
-    """Label ``n`` anchor positions after ``prompt`` on the engine: per position the drafter's
-    full block, then a one-row verify whose argmax is the label (committed as the next token).
-    It does not stop at an end-of-generation token: a round's tree may reach past it."""
+def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], prompt: list[int],
+                         n: int) -> list[PromptLabels]:
+    """Label ``n`` anchor positions after ``prompt`` on the engine for several drafters in one
+    pass of the target: per position each drafter's full block (``drafters``: ``(drafter,
+    B)``, a drafter of None drafts nothing), then a one-row verify whose argmax is the label
+    (committed as the next token). The target's labels are the same for every drafter (a
+    drafter never changes what the target computes), so one prefill and one verify per
+    position serve them all. It does not stop at an end-of-generation token: a round's tree may
+    reach past it. The labels stop, for every drafter, where the widest block no longer fits
+    the target's context."""
     target.prefill(prompt)
-    if drafter is not None:
-        drafter.begin(prompt)
-    B = block_positions if drafter is not None else 0
-    nxt, eog, blocks, probs, conf = [], [], [], [], []
+    for drafter, _B in drafters:
+        if drafter is not None:
+            drafter.begin(prompt)
+    widths = [B if drafter is not None else 0 for drafter, B in drafters]
+    nxt: list[int] = []
+    eog: list[bool] = []
+    drafted: list[tuple[list[Any], list[Any], list[Any]]] = [([], [], []) for _ in drafters]
     for _ in range(n):
         committed = target.committed
-        if len(committed) + 1 >= target.n_ctx:
+        if len(committed) + 1 >= target.n_ctx or target.n_ctx - len(committed) - 1 < max(widths):
             break
-        if drafter is not None:
-            room = target.n_ctx - len(committed) - 1
-            if room < B:
-                break
-            b = drafter.draft(committed, B)
-            blocks.append(b.tokens)
-            probs.append(b.probs)
-            conf.append(b.confidence)
+        for (drafter, _B), B, (blocks, probs, conf) in zip(drafters, widths, drafted,
+                                                            strict=True):
+            if B:
+                b = drafter.draft(committed, B)
+                blocks.append(b.tokens)
+                probs.append(b.probs)
+                conf.append(b.confidence)
         res = target.verify(chain_tree(int(committed[-1]), []))
         tok = int(target.commit(res).tokens[0])
         nxt.append(tok)
         eog.append(bool(target.is_eog(tok)))
     m = len(nxt)
-    K = blocks[0].shape[1] if blocks else 0
-    return PromptLabels(
-        list(prompt), np.asarray(nxt, dtype=np.int64), np.asarray(eog, dtype=bool),
-        np.asarray(blocks, dtype=np.int64).reshape(m, B, K) if B else
-        np.zeros((m, 0, 0), dtype=np.int64),
-        np.asarray(probs, dtype=np.float64).reshape(m, B, K) if B else np.zeros((m, 0, 0)),
-        np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)))
+    out = []
+    for B, (blocks, probs, conf) in zip(widths, drafted, strict=True):
+        K = blocks[0].shape[1] if blocks else 0
+        out.append(PromptLabels(
+            list(prompt), np.asarray(nxt, dtype=np.int64), np.asarray(eog, dtype=bool),
+            np.asarray(blocks, dtype=np.int64).reshape(m, B, K) if B else
+            np.zeros((m, 0, 0), dtype=np.int64),
+            np.asarray(probs, dtype=np.float64).reshape(m, B, K) if B else np.zeros((m, 0, 0)),
+            np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0))))
+    return out
 
 
-def ensure_labels(store: LabelStore, prompts: list[tuple[list[int], int]],
-                  make: Callable[[list[int], int], PromptLabels],
-                  log: Callable[[str], None] = lambda _m: None) -> tuple[dict[str, PromptLabels],
-                                                                        float]:
-    """Every prompt's labels, at least ``n`` positions each (``prompts``: ``(prompt, n)``),
-    from the store or made with ``make`` and stored at once (a killed run resumes at the prompt
-    it was labelling). Returns the labels by prompt key and the seconds spent labelling."""
-    out: dict[str, PromptLabels] = {}
+def ensure_labels(stores: Sequence[LabelStore], prompts: Sequence[Sequence[tuple[list[int], int]]],
+                  make: Callable[[list[int], int, list[int]], list[PromptLabels]],
+                  log: Callable[[str], None] = lambda _m: None
+                  ) -> tuple[list[dict[str, PromptLabels]], float]:
+    """Every prompt's labels in each store, at least ``n`` positions each (``prompts[j]``: the
+    ``(prompt, n)`` store ``j`` needs), from the store or made with ``make(prompt, n, which)``,
+    which labels the stores ``which`` (indices) in one pass, and stored at once (a killed run
+    resumes at the prompt it was labelling). A prompt several stores need is labelled once, to
+    the most positions any of them needs. Returns each store's labels by prompt key and the
+    seconds spent labelling."""
+    out: list[dict[str, PromptLabels]] = [{} for _ in stores]
+    wants: dict[str, tuple[list[int], dict[int, int]]] = {}
+    for j, want in enumerate(prompts):
+        for prompt, n in want:
+            _p, need = wants.setdefault(prompt_key(prompt), (list(prompt), {}))
+            need[j] = max(n, need.get(j, 0))
     spent = 0.0
-    todo = len(prompts)
-    for i, (prompt, n) in enumerate(prompts, 1):
-        key = prompt_key(prompt)
-        have = out.get(key) or store.get(prompt)
-        if have is None or len(have.next) < n:
+    for i, (key, (prompt, need)) in enumerate(wants.items(), 1):
+        have = {j: out[j].get(key) or stores[j].get(prompt) for j in need}
+        which = sorted(j for j in need if have[j] is None or len(have[j].next) < need[j])
+        if which:
+            n = max(need.values())
             t0 = time.perf_counter()
-            have = make(prompt, n)
+            made = make(prompt, n, which)
             dt = time.perf_counter() - t0
             spent += dt
-            store.put(have)
-            log(f"labels {i}/{todo}: prompt {key}, {len(have.next)} positions in {dt:.1f} s")
-        out[key] = have
+            for j, lab in zip(which, made, strict=True):
+                stores[j].put(lab)
+                have[j] = lab
+            log(f"labels {i}/{len(wants)}: prompt {key}, {len(made[0].next)} positions in "
+                f"{dt:.1f} s" + (f" ({len(which)} drafters in one pass)" if len(which) > 1
+                                 else ""))
+        for j, lab in have.items():
+            out[j][key] = lab
     return out, spent

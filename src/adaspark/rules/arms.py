@@ -60,6 +60,32 @@ def make_arm_rule(arm: ArmConfig, scheduler: Mapping[str, Any] | None = None,
                          f"{arm.width_rule!r}: {e}") from None
 
 
+def build_drafter(view: Any, arm: ArmConfig, target: Target, *, exact: bool
+                  ) -> tuple[Drafter, dict[str, Any]]:
+    """The drafter ``arm`` names (``view``: the composed config through
+    :func:`~adaspark.schema.arm_view`), loaded beside the running ``target``, and its model
+    entry (path, sha256). A DSpark drafter hooks the target's committed rows, so it must be
+    built before the target's first prefill."""
+    drafter_cfg = drafter_config(view)
+    key = drafter_key(arm)
+    why = (model_files.not_for_target(str(drafter_cfg.model), view.target, key)
+           if drafter_cfg.model and not drafter_cfg.path else None)
+    if why or (not drafter_cfg.path and not drafter_cfg.model):
+        raise ConfigError(f"arm {arm.name}: "
+                          + (why or f"the drafter {drafter_cfg.name} has no file: set "
+                             f"{key}.path=FILE (the drafter's GGUF)")
+                          + ("" if key == "drafter" else
+                             f"; the arm names its own drafter ({key}), so drafter.path "
+                             "does not reach it"))
+    dpath, dsha = model_files.resolve(drafter_cfg)
+    drafter = make_drafter(
+        drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
+        top_k=drafter_cfg.candidates_per_position, threads=view.get("threads"), target=target,
+        n_gpu_layers=configured_gpu_layers(drafter_cfg, key),
+    )
+    return drafter, {"path": str(dpath), "sha256": dsha}
+
+
 def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
     """The running parts of ``arm`` under the composed ``cfg`` (its ``target``, ``drafter``
     (the arm's own, :func:`~adaspark.schema.arm_view`), ``scheduler`` and ``threads``, read
@@ -78,28 +104,11 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
     drafter = None
     block_positions = drafter_cfg.block_positions
     if rule.uses_drafter:
-        key = drafter_key(arm)
-        why = (model_files.not_for_target(str(drafter_cfg.model), cfg.target, key)
-               if drafter_cfg.model and not drafter_cfg.path else None)
-        if why or (not drafter_cfg.path and not drafter_cfg.model):
-            target.close()
-            raise ConfigError(f"arm {arm.name}: "
-                              + (why or f"the drafter {drafter_cfg.name} has no file: set "
-                                 f"{key}.path=FILE (the drafter's GGUF)")
-                              + ("" if key == "drafter" else
-                                 f"; the arm names its own drafter ({key}), so drafter.path "
-                                 "does not reach it"))
-        dpath, dsha = model_files.resolve(drafter_cfg)
         try:
-            drafter = make_drafter(
-                drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
-                top_k=drafter_cfg.candidates_per_position, threads=threads, target=target,
-                n_gpu_layers=configured_gpu_layers(drafter_cfg, key),
-            )
+            drafter, models["drafter"] = build_drafter(cfg, arm, target, exact=exact)
         except Exception:
             target.close()
             raise
-        models["drafter"] = {"path": str(dpath), "sha256": dsha}
         block_positions = block_positions or getattr(drafter, "block_positions", None)
     if block_positions is None and rule.uses_drafter:
         raise ConfigError(f"drafter {drafter_cfg.name} (kind {drafter_cfg.kind}) has no "

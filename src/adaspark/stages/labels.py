@@ -11,7 +11,9 @@ again as the deepest tree a rule can build past an anchor (the n-gram chains'
 are written per prompt as each is done: a killed stage resumes at the next prompt. Labels made
 with another target, drafter, build or decoding code are deleted and made again (as DVC reruns
 a stage whose inputs changed), never mixed with these. ``OUT/summary.json`` gives the time
-spent and the positions labelled per drafter.
+spent and the positions labelled per drafter. Drafters that share the target are labelled in one
+pass of it (:func:`adaspark.replay.command.label_jointly`: one prefill and one verify per position
+for all of them; ``labelled_with`` names the others, and each gets the pass's whole time).
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any,
 
 @stage_main("labels")
 def main(argv: list[str] | None = None) -> int:
-    from adaspark.replay.command import Labeller, arm_trace_dir
+    from adaspark.replay.command import Labeller, arm_trace_dir, joint_groups, label_jointly
     from adaspark.replay.settings import read_replay_params
     from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config
@@ -124,21 +126,30 @@ def main(argv: list[str] | None = None) -> int:
 
     done: dict[str, Any] = {}
     t_all = time.perf_counter()
-    for drafter, name in by_drafter.items():
-        arm = arm_config(cfg, ArmEntry.parse(name))
-        labeller = Labeller(cfg, arm, a.out, restart=True,
-                            log=lambda m, d=drafter: say(f"[{d}] {m}"))
-        try:
-            say(f"labels: drafter {drafter} (for arm {name} and every arm sharing it), "
-                f"{len(traces)} replies of {settings.replies_of}")
-            got = labeller.labels([(t.prompt, labeller.positions(t, depth)) for t in traces])
-        finally:
-            labeller.close()
-        done[drafter] = {
-            "arm": name, "directory": str(labeller.store.dir), "prompts": len(got),
-            "positions": sum(len(lab.next) for lab in got.values()),
-            "reply_tokens": sum(len(t.tokens) for t in traces),
-            "labelling_s_now": round(labeller.spent, 2), "identity": labeller.identity}
+    labellers = {drafter: Labeller(cfg, arm_config(cfg, ArmEntry.parse(name)), a.out,
+                                   restart=True, log=lambda m, d=drafter: say(f"[{d}] {m}"))
+                 for drafter, name in by_drafter.items()}
+    by_labeller = {id(lab): d for d, lab in labellers.items()}
+    try:
+        for group in joint_groups(list(labellers.values())):
+            names = [by_labeller[id(lab)] for lab in group]
+            tag = "+".join(names)
+            say(f"labels: drafters {', '.join(names)} in one pass of the target (each for its "
+                f"arm and every arm sharing it), {len(traces)} replies of "
+                f"{settings.replies_of}")
+            got = label_jointly(group, [[(t.prompt, lab.positions(t, depth)) for t in traces]
+                                        for lab in group],
+                                log=lambda m, g=tag: say(f"[{g}] {m}"))
+            for lab, name, labs in zip(group, names, got, strict=True):
+                done[name] = {
+                    "arm": by_drafter[name], "directory": str(lab.store.dir),
+                    "prompts": len(labs), "positions": sum(len(x.next) for x in labs.values()),
+                    "reply_tokens": sum(len(t.tokens) for t in traces),
+                    "labelled_with": [n for n in names if n != name],
+                    "labelling_s_now": round(lab.spent, 2), "identity": lab.identity}
+    finally:
+        for lab in labellers.values():
+            lab.close()
     if settings.fig5_prompts:
         done["fig5"] = label_fig5(cfg, params, a.out, say, settings.fig5_contexts)
     summary = {"replies_of": settings.replies_of, "subset": settings.subset,

@@ -76,6 +76,9 @@ class Drafter(ABC):
     #: B, when the drafter has a block of its own (a DSpark file's ``dflash.block_size``); a
     #: draft model has none and takes ``drafter.block_positions``.
     block_positions: int | None = None
+    #: Whether the drafter reads the target's hidden states (a hook on the target's committed
+    #: rows, set before its first prefill): one such drafter per target.
+    reads_target: bool = False
 
     @abstractmethod
     def begin(self, prompt: list[int]) -> None: ...
