@@ -20,6 +20,7 @@ servers report (``timings.predicted_per_second``): the engines alone, without th
     .venv/bin/python benchmarks/plain_parity.py --out runs/benchmarks/plain_parity.json
     .venv/bin/python benchmarks/plain_parity.py --out /tmp/pp.json --max-tokens 16 \
         --reps 1 --short-reps 1 --doc-tokens '' target=tiny          # smoke test
+    .venv/bin/python benchmarks/plain_parity.py --out pooled.json --pool a.json b.json  # pool runs
 """
 
 from __future__ import annotations
@@ -143,6 +144,61 @@ def server_settings(url: str, ours: bool) -> dict[str, Any]:
         return {k: props.get(k) for k in keep} | {"n_ctx": n_ctx}
 
 
+def pool(files: list[Path], out: Path, edges: list[int], seed: int) -> int:
+    """``--pool``: one report over several runs' replies (a run's repetition ``r`` of file ``i``
+    becomes ``r + 1000 i``, so pairs never cross runs). Runs of another target or reply length
+    are refused, not mixed."""
+    from adaspark.analysis.parity import parity_report
+
+    served: list[Served] = []
+    first: dict[str, Any] | None = None
+    for i, f in enumerate(files):
+        try:
+            d = json.loads(f.read_text(encoding="utf-8"))
+            got = {k: d["settings"][k] for k in ("target", "max_tokens", "threads")}
+            replies = d["replies"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"plain_parity: {f} is not an output of this benchmark ({e}): pass the files "
+                  "that --out wrote", file=sys.stderr)
+            return 2
+        if "pooled_from" in d["settings"] or files.index(f) != i:
+            print(f"plain_parity: {f} is " + ("a pooled output" if i == files.index(f) else
+                                             "named twice") + ": pool each run's own file once",
+                  file=sys.stderr)
+            return 2
+        if first is None:
+            first = got
+        elif got != first:
+            print(f"plain_parity: {f} was run with {got}, {files[0]} with {first}: runs of "
+                  "another target, reply length or thread count are not pooled", file=sys.stderr)
+            return 2
+        for r in replies:
+            served.append(Served(**(r | {"rep": int(r["rep"]) + 1000 * i})))
+    result = {
+        "arms": {"a": ARMS[0], "b": ARMS[1]},
+        "ratio": parity_report(pairs_of(served, "decode_tps"), band_edges=edges, seed=seed),
+        "server_ratio": parity_report(pairs_of(served, "server_tps"), band_edges=edges,
+                                      seed=seed),
+        "settings": first | {"pooled_from": [str(f) for f in files]},
+        "replies": [s.__dict__ for s in served],
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    report(result)
+    print(f"plain_parity: {len(files)} runs pooled, written to {out}", file=sys.stderr)
+    return 0
+
+
+def report(result: dict[str, Any]) -> None:
+    """The ratio per prompt, per context band and overall, on standard error."""
+    for r in result["ratio"]["per_prompt"]:
+        print(f"  {r['label']:28s} ctx {r['context_min']:6.0f}  {ARMS[0]}/{ARMS[1]} "
+              f"{r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f})", file=sys.stderr)
+    for r in result["ratio"]["per_band"] + [result["ratio"]["overall"]]:
+        print(f"  {r['label']:28s} {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) "
+              f"n={r['n_pairs']}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="the JSON file to write")
@@ -155,8 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--testset", type=Path, default=REPO / "data" / "testset")
     ap.add_argument("--bands", default="512,2048", help="context band edges (tokens)")
     ap.add_argument("--seed", type=int, default=20240601, help="bootstrap seed")
+    ap.add_argument("--pool", type=Path, nargs="+", metavar="JSON",
+                    help="serve nothing: pool the replies of these earlier outputs (same target "
+                         "and reply length) into one report, each file's repetitions kept apart")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (target=..., threads=...)")
     a = ap.parse_args(argv)
+    if a.pool:
+        return pool(a.pool, a.out, [int(x) for x in a.bands.split(",") if x.strip()], a.seed)
 
     from adaspark.analysis.parity import parity_report, rotation
     from adaspark.runs.launch import launch
@@ -213,12 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    for r in result["ratio"]["per_prompt"]:
-        print(f"  {r['label']:28s} ctx {r['context_min']:6.0f}  {ARMS[0]}/{ARMS[1]} "
-              f"{r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f})", file=sys.stderr)
-    for r in result["ratio"]["per_band"] + [result["ratio"]["overall"]]:
-        print(f"  {r['label']:28s} {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) "
-              f"n={r['n_pairs']}", file=sys.stderr)
+    report(result)
     print(f"plain_parity: {result['wall_s']:.0f} s, written to {a.out}", file=sys.stderr)
     return 0
 
