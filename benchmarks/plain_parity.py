@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaspark import io
+
 REPO = Path(__file__).resolve().parents[1]
 ARMS = ("ar", "llamacpp-ar")
 SHORT_PROMPTS = (
@@ -148,8 +150,6 @@ def pool(files: list[Path], out: Path, edges: list[int], seed: int) -> int:
     """``--pool``: one report over several runs' replies (a run's repetition ``r`` of file ``i``
     becomes ``r + 1000 i``, so pairs never cross runs). Runs of another target or reply length
     are refused, not mixed."""
-    from adaspark.analysis.parity import parity_report
-
     served: list[Served] = []
     first: dict[str, Any] | None = None
     for i, f in enumerate(files):
@@ -161,10 +161,10 @@ def pool(files: list[Path], out: Path, edges: list[int], seed: int) -> int:
             print(f"plain_parity: {f} is not an output of this benchmark ({e}): pass the files "
                   "that --out wrote", file=sys.stderr)
             return 2
-        if "pooled_from" in d["settings"] or files.index(f) != i:
-            print(f"plain_parity: {f} is " + ("a pooled output" if i == files.index(f) else
-                                             "named twice") + ": pool each run's own file once",
-                  file=sys.stderr)
+        why = ("named twice" if files.index(f) != i else
+               "a pooled output" if "pooled_from" in d["settings"] else None)
+        if why:
+            print(f"plain_parity: {f} is {why}: pool each run's own file once", file=sys.stderr)
             return 2
         if first is None:
             first = got
@@ -174,19 +174,24 @@ def pool(files: list[Path], out: Path, edges: list[int], seed: int) -> int:
             return 2
         for r in replies:
             served.append(Served(**(r | {"rep": int(r["rep"]) + 1000 * i})))
-    result = {
-        "arms": {"a": ARMS[0], "b": ARMS[1]},
-        "ratio": parity_report(pairs_of(served, "decode_tps"), band_edges=edges, seed=seed),
-        "server_ratio": parity_report(pairs_of(served, "server_tps"), band_edges=edges,
-                                      seed=seed),
+    result = ratios(served, edges, seed) | {
         "settings": first | {"pooled_from": [str(f) for f in files]},
         "replies": [s.__dict__ for s in served],
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    io.write_json(out, result, default=str)
     report(result)
     print(f"plain_parity: {len(files)} runs pooled, written to {out}", file=sys.stderr)
     return 0
+
+
+def ratios(served: list[Served], edges: list[int], seed: int) -> dict[str, Any]:
+    """The report's ratios: on the client's clock and on the servers' own timings."""
+    from adaspark.analysis.parity import parity_report
+
+    return {"arms": {"a": ARMS[0], "b": ARMS[1]},
+            "ratio": parity_report(pairs_of(served, "decode_tps"), band_edges=edges, seed=seed),
+            "server_ratio": parity_report(pairs_of(served, "server_tps"), band_edges=edges,
+                                          seed=seed)}
 
 
 def report(result: dict[str, Any]) -> None:
@@ -219,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.pool:
         return pool(a.pool, a.out, [int(x) for x in a.bands.split(",") if x.strip()], a.seed)
 
-    from adaspark.analysis.parity import parity_report, rotation
+    from adaspark.analysis.parity import rotation
     from adaspark.runs.launch import launch
     from adaspark.runs.run import compose_for_run
     from adaspark.runs.settings import ArmEntry, RunSettings, arm_config
@@ -259,11 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, n in differ.items():
         print(f"plain_parity: {name}: the servers' prompts differ ({n} tokens; a template "
               "without tools renders them on our server only): not the same work", file=sys.stderr)
-    result = {
-        "arms": {"a": ARMS[0], "b": ARMS[1]},
-        "ratio": parity_report(pairs_of(served, "decode_tps"), band_edges=edges, seed=a.seed),
-        "server_ratio": parity_report(pairs_of(served, "server_tps"), band_edges=edges,
-                                      seed=a.seed),
+    result = ratios(served, edges, a.seed) | {
         "settings": {"max_tokens": a.max_tokens, "reps": a.reps, "short_reps": a.short_reps,
                      "doc_tokens": docs, "subset": a.subset, "overrides": a.overrides,
                      "target": str(cfg.target.name), "threads": cfg.get("threads"),
@@ -272,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         "replies": [s.__dict__ for s in served],
         "wall_s": time.monotonic() - t0,
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    io.write_json(a.out, result, default=str)
     report(result)
     print(f"plain_parity: {result['wall_s']:.0f} s, written to {a.out}", file=sys.stderr)
     return 0

@@ -327,8 +327,7 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
     (:func:`joint_groups`); the first loads it. Each labeller's ``spent`` gets the whole pass's
     time (the passes are shared, not split)."""
     lead = labellers[0]
-    if any(o.target_key() != lead.target_key() for o in labellers) or \
-            sum(o.reads_target for o in labellers[1:]):
+    if joint_groups(labellers) != [labellers]:
         raise ConfigError("these labellers cannot share one pass of the target (another target, "
                           "or a second drafter reading the target): group them with "
                           "joint_groups")

@@ -244,7 +244,7 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
     drafted: list[tuple[list[Any], list[Any], list[Any]]] = [([], [], []) for _ in drafters]
     for _ in range(n):
         committed = target.committed
-        if len(committed) + 1 >= target.n_ctx or target.n_ctx - len(committed) - 1 < max(widths):
+        if target.n_ctx - len(committed) - 1 < max(1, *widths):  # the widest block must fit
             break
         for (drafter, _B), B, (blocks, probs, conf) in zip(drafters, widths, drafted,
                                                             strict=True):
