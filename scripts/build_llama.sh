@@ -20,7 +20,7 @@
 #   ADASPARK_PRINT_ROOT    set: print the build directory this source and backend key to, and
 #                          stop (nothing is built)
 # The cache key: the source's hash, the patches, the CPU architecture, the compiler, the CPU's
-# widest vector set, and for a GPU build its backend and architectures (a CPU build keeps the
+# widest vector set, the extra C flags (x86-64: AMX kernels off), and for a GPU build its backend and architectures (a CPU build keeps the
 # key it had before backends were recorded). A finished build with every target asked for is
 # reused; one missing a target gets it added. Prints the directory holding lib*.so (and
 # llama-server); BUILD_INFO.json beside it records backend, architectures, targets, source.
@@ -63,10 +63,17 @@ else
   patch_sums=$(field patches)
 fi
 compiler=$( (gcc -dumpfullversion || cc --version | head -1) 2>/dev/null)
+# No AMX kernels: on an x86-64 CPU with AMX, -march=native compiles ggml's AMX matrix kernels,
+# and the vendored version's ggml_backend_amx_mul_mat crashed (SIGSEGV) on the first decode of
+# every model here (2026-12-05), while AMX itself worked in a standalone test. Off everywhere,
+# so that a machine with AMX and one without run the same kernels.
+cpu_flags=""
+[[ "$(uname -m)" == x86_64 ]] && cpu_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 gpu_part=""
 [[ "$backend" == cpu ]] || gpu_part="backend=$backend archs=$archs"
 key=$( { echo "$sha16"; echo "$patch_sums"; uname -m; echo "$compiler"; \
   grep -m1 -o 'avx512f\|avx2' /proc/cpuinfo 2>/dev/null || true; \
+  [[ -z "$cpu_flags" ]] || echo "cflags=$cpu_flags"; \
   [[ -z "$gpu_part" ]] || echo "$gpu_part"; } | sha256sum | cut -c1-12)
 root="$cache/$ver-$key"
 out="$root/build/bin"
@@ -82,7 +89,7 @@ write_info() {
   local archs_json=null
   [[ -z "$archs" ]] || archs_json="\"$archs\""
   cat >"$root/BUILD_INFO.json" <<JSON
-{"backend": "$backend", "cuda_architectures": $archs_json, "targets": "$(cat "$root/TARGETS")", "source_kind": "$kind", "source": "$src_in", "sdist": "$ver", "sdist_sha16": "$sha16", "key": "$key"}
+{"backend": "$backend", "cuda_architectures": $archs_json, "targets": "$(cat "$root/TARGETS")", "cflags": "$cpu_flags", "source_kind": "$kind", "source": "$src_in", "sdist": "$ver", "sdist_sha16": "$sha16", "key": "$key"}
 JSON
 }
 if have_targets; then
@@ -135,6 +142,7 @@ case "$backend" in
 esac
 cmake -S "$src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
   -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON "${backend_flags[@]}" \
+  "-DCMAKE_C_FLAGS=$cpu_flags" "-DCMAKE_CXX_FLAGS=$cpu_flags" \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=$server \
   -DLLAMA_BUILD_SERVER=$server -DLLAMA_BUILD_COMMON=$server -DLLAMA_BUILD_APP=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \

@@ -22,7 +22,13 @@ torch = pytest.importorskip("torch", reason="the drafter pipeline needs the trai
 from adaspark.training import corpus  # noqa: E402
 from adaspark.training.loss import block_loss, block_targets  # noqa: E402
 from adaspark.training.model import rope_neox  # noqa: E402
-from adaspark.training.train import draft_vocabulary, target_to_draft  # noqa: E402
+from adaspark.training.capture import Captured  # noqa: E402
+from adaspark.training.train import (  # noqa: E402
+    document_windows,
+    draft_vocabulary,
+    sample_windows,
+    target_to_draft,
+)
 
 TINY_LAYERS = [2, 15, 28]
 SMALL = [
@@ -30,7 +36,8 @@ SMALL = [
     "drafter_data.parallel=3", "drafter_data.window=128", "drafter_data.n_ctx=2048",
     f"drafter_data.layers=[{','.join(map(str, TINY_LAYERS))}]",
     "drafter_train.n_ff=256", "drafter_train.draft_vocab=512", "drafter_train.markov_rank=32",
-    "drafter_train.windows_per_step=2", "drafter_train.window=128", "drafter_train.warmup=2",
+    "drafter_train.windows_per_step=2", "drafter_train.window=128", "drafter_train.anchor_span=64",
+    "drafter_train.warmup=2",
     "drafter_train.checkpoint_every=2", "drafter_train.eval_every=3", "drafter_train.heldout=0.25",
     "drafter_export.quant=Q8_0", "drafter_export.name=tiny-dspark",
 ]
@@ -71,6 +78,33 @@ def test_draft_vocabulary_is_the_most_frequent_labels_ties_by_id():
     d2t = draft_vocabulary([c], 3, 5)
     assert d2t.tolist() == [1, 3, 0]
     assert target_to_draft(d2t, 5).tolist() == [2, 0, -1, 1, -1]
+
+
+def _doc(n: int, anchor_from: int) -> Captured:
+    z = np.zeros(n, dtype=np.int32)
+    return Captured(z, z, np.zeros((n, 1), dtype=np.float16), anchor_from)
+
+
+def test_document_windows_give_every_anchor_once_with_its_full_context():
+    c = _doc(1000, 300)
+    ws = document_windows(c, size=256, span=64)
+    anchors = [a for w in ws for a in range(max(w.first_anchor, c.anchor_from), w.end)]
+    assert anchors == list(range(300, 1000))   # each once, in order
+    for w in ws:
+        assert w.end - w.start <= 256 and w.end - w.first_anchor <= 64
+        assert w.first_anchor - w.start == min(w.first_anchor, 256 - 64)   # context before
+
+
+def test_sampled_windows_hold_anchors_of_their_document_and_context_before_them():
+    docs = [_doc(1000, 1), _doc(200, 150), _doc(150, 149), _doc(400, 1)]
+    ws = sample_windows(docs, np.random.default_rng(0), 300, size=256, span=64)
+    assert {w.doc for w in ws} == {0, 1, 3}   # the one with no anchor is never drawn
+    for w in ws:
+        c = docs[w.doc]
+        assert max(c.anchor_from, 1) <= w.first_anchor < len(c)
+        assert w.start == max(0, w.first_anchor - 192) and w.end == min(len(c), w.first_anchor + 64)
+    # a short reply is one run of anchors from its first: the whole reply in one window
+    assert {w.first_anchor for w in ws if w.doc == 1} == {150}
 
 
 def test_rope_scores_depend_only_on_the_distance():

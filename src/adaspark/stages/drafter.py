@@ -132,6 +132,11 @@ def cmd_train(raw: dict[str, Any], data: Path, out: Path, halt_after: int | None
     from adaspark.training.train import TrainSettings, train
 
     s = _typed(TrainSettings, "drafter_train", raw)
+    if not 1 <= s.anchor_span <= s.window:
+        from adaspark.config import ConfigError
+
+        raise ConfigError(f"drafter_train.anchor_span={s.anchor_span} must be between 1 and "
+                          f"drafter_train.window={s.window}: a window holds its anchors")
     manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
     path, sha = target_file(raw)
     if manifest["target_sha256"] != sha:

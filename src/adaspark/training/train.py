@@ -8,8 +8,11 @@ resumable checkpoints, and the held-out acceptance curve.
 * **Initialisation**: the output head starts as the target's output rows (its tied embeddings
   for Qwen2.5) of the draft vocabulary; the Markov head's ``w2`` and the confidence head at zero.
 * **Loop**: AdamW, linear warm-up then cosine decay, gradient clipping; each step takes
-  ``windows_per_step`` windows of at most ``window`` context tokens from the training documents
-  (seeded), every position of a window past its document's ``anchor_from`` an anchor.
+  ``windows_per_step`` windows of at most ``window`` tokens from the training documents
+  (seeded): a run of at most ``anchor_span`` anchors (positions at or past the document's
+  ``anchor_from``) and up to ``window - anchor_span`` tokens of context before them, so that a
+  drafter meant to read long prompts learns from long contexts without paying for an anchor at
+  every position of them (the attention costs anchors x context).
 * **Checkpoints** under ``$ADASPARK_CACHE/drafter/checkpoints/<key>/`` (the key digests the data
   manifest and the settings): every ``checkpoint_every`` steps, atomically; a rerun resumes from
   the last one with its optimiser and random state, so a killed training loses at most that many
@@ -49,7 +52,8 @@ class TrainSettings:
     markov_rank: int
     steps: int
     windows_per_step: int
-    window: int
+    window: int  # tokens a window holds, context and anchors
+    anchor_span: int  # anchors a window holds at most (its last positions)
     lr: float
     warmup: int
     weight_decay: float
@@ -98,28 +102,41 @@ def target_to_draft(d2t: np.ndarray, n_vocab: int) -> np.ndarray:
 class Window:
     doc: int
     start: int
-    end: int  # context positions start..end-1; anchors start+1..end-1 at or past anchor_from
+    end: int  # positions start..end-1; anchors from first_anchor (and past anchor_from) to end-2
+    first_anchor: int
 
 
-def sample_windows(docs: list[Captured], rng: np.random.Generator, n: int,
-                   size: int) -> list[Window]:
-    """``n`` windows, documents drawn in proportion to their anchors."""
+def anchored_window(c: Captured, doc: int, first: int, size: int, span: int) -> Window:
+    """The window whose anchors start at ``first`` (at most ``span`` of them) with up to
+    ``size - span`` tokens of context before them."""
+    return Window(doc, max(0, first - (size - span)), min(len(c), first + span), first)
+
+
+def sample_windows(docs: list[Captured], rng: np.random.Generator, n: int, size: int,
+                   span: int) -> list[Window]:
+    """``n`` windows, documents drawn in proportion to their anchors, each window's first
+    anchor uniform over the document's anchors that leave a full run of ``span`` after them."""
     weights = np.array([max(len(c) - max(c.anchor_from, 1) - 1, 0) for c in docs], dtype=float)
     weights /= weights.sum()
     out = []
     for d in rng.choice(len(docs), size=n, p=weights):
         c = docs[int(d)]
-        lo = max(0, c.anchor_from - size // 2) if c.anchor_from > size // 2 else 0
-        hi = max(lo, len(c) - size)
-        s = int(rng.integers(lo, hi + 1))
-        out.append(Window(int(d), s, min(len(c), s + size)))
+        lo = max(c.anchor_from, 1)
+        first = int(rng.integers(lo, max(lo, len(c) - span) + 1))
+        out.append(anchored_window(c, int(d), first, size, span))
     return out
+
+
+def document_windows(c: Captured, size: int, span: int) -> list[Window]:
+    """Every anchor of a document once, in runs of ``span``, each with its full context."""
+    return [anchored_window(c, 0, first, size, span)
+            for first in range(max(c.anchor_from, 1), len(c), span)]
 
 
 def window_loss(net: DSparkNet, c: Captured, w: Window, t2d: torch.Tensor, mask_token: int,
                 s: TrainSettings):
     """The objective over every anchor of one window."""
-    a0 = max(w.start + 1, c.anchor_from)
+    a0 = max(w.first_anchor, w.start + 1, c.anchor_from)
     anchors = np.arange(a0, w.end - 1)
     if anchors.size == 0:
         return None
@@ -151,9 +168,8 @@ def evaluate(net: DSparkNet, docs: list[Captured], t2d: torch.Tensor, mask_token
     correct, alive, acc, n = np.zeros(s.block), np.zeros(s.block), 0.0, 0
     with torch.no_grad():
         for c in docs:
-            for st in range(0, len(c), s.window):
-                r = window_loss(net, c, Window(0, st, min(len(c), st + s.window)), t2d,
-                                mask_token, s)
+            for w in document_windows(c, s.window, s.anchor_span):
+                r = window_loss(net, c, w, t2d, mask_token, s)
                 if r is None:
                     continue
                 k = int(r.alive[0])
@@ -229,7 +245,7 @@ def train(docs: list[Captured], manifest: dict[str, Any], tok_embd: torch.Tensor
             g["lr"] = lr_at(step, s)
         opt.zero_grad(set_to_none=True)
         stats = []
-        for w in sample_windows(train_docs, rng, s.windows_per_step, s.window):
+        for w in sample_windows(train_docs, rng, s.windows_per_step, s.window, s.anchor_span):
             r = window_loss(net, train_docs[w.doc], w, t2d, mask_token, s)
             if r is None:
                 continue
