@@ -33,10 +33,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+EXPORTS = sorted((REPO / "runs" / "drafter" / "export").glob("*.gguf"))
 DRAFTERS = {"dspark-embedded": ["drafter=dspark-embedded"], "draft-model": ["drafter=embedded"],
             # the unquantized export with every draft row: the committed file's acceptance cost
-            "dspark-f16": ["drafter=dspark-embedded", "drafter.path=" + str(next(iter(sorted(
-                (REPO / "runs" / "drafter" / "export").glob("*-f16.gguf"))), "missing"))]}
+            "dspark-f16": ["drafter=dspark-embedded", "drafter.path=" + str(next(iter(
+                p for p in EXPORTS if p.name.endswith("-f16.gguf")), "missing"))],
+            # the quantized export before `drafter install` commits it: a new training's file
+            "dspark-export": ["drafter=dspark-embedded", "drafter.path=" + str(next(iter(
+                p for p in EXPORTS if not p.name.endswith("-f16.gguf")), "missing"))]}
 E2E_ARMS = ["llamacpp-ar", "ar", "chain3-dspark", "adaspark-dspark", "llamacpp-dspark"]
 
 

@@ -5,6 +5,7 @@ a refused offload setting."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -87,6 +88,19 @@ def test_the_backend_is_part_of_the_build_key():
     cuda90 = root(ADASPARK_BACKEND="cuda", ADASPARK_CUDA_ARCHS="90")
     cuda80 = root(ADASPARK_BACKEND="cuda", ADASPARK_CUDA_ARCHS="80")
     assert len({cpu, cuda90, cuda80}) == 3
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="AMX is an x86-64 extension")
+def test_the_cpu_build_has_no_amx_kernels():
+    """ggml's AMX matrix kernels crashed on the first decode of every model on an AMX CPU
+    (2026-12-05): the build turns them off, on every x86-64 machine, and says so."""
+    from adaspark import paths
+
+    lib_dir = Path(paths.build_info()["lib_dir"])
+    info = json.loads((lib_dir.parent.parent / "BUILD_INFO.json").read_text())
+    assert "-mno-amx-int8" in info.get("cflags", ""), info
+    cpu = next(iter(sorted(lib_dir.glob("libggml-cpu.so*"))))
+    assert b"ggml_backend_amx_mul_mat" not in cpu.read_bytes()
 
 
 def test_layers_offloaded_follow_the_backend():

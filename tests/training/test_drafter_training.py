@@ -20,9 +20,9 @@ from helpers import REPO
 torch = pytest.importorskip("torch", reason="the drafter pipeline needs the train group")
 
 from adaspark.training import corpus  # noqa: E402
+from adaspark.training.capture import Captured  # noqa: E402
 from adaspark.training.loss import block_loss, block_targets  # noqa: E402
 from adaspark.training.model import rope_neox  # noqa: E402
-from adaspark.training.capture import Captured  # noqa: E402
 from adaspark.training.train import (  # noqa: E402
     document_windows,
     draft_vocabulary,
