@@ -156,7 +156,7 @@ def screen_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _tok_per_s(run_dir: Path) -> float:
+def run_tok_per_s(run_dir: Path) -> float:
     """A run's decode tok/s: its timed replies' tokens over their decode time, summed."""
     if not (Path(run_dir) / "replies.parquet").is_file():
         return math.nan
@@ -176,8 +176,8 @@ def reality_rows(summary: dict[str, Any], runs: Path) -> list[list[str]]:
     rows = []
     measured = summary["replays"].get(CPU_MEASURED, {})
     for arm, chk in summary["check"].items():
-        real_tps = _tok_per_s(Path(runs) / "labelled" / arm)
-        fast_tps = _tok_per_s(Path(runs) / "arms" / arm)
+        real_tps = run_tok_per_s(Path(runs) / "labelled" / arm)
+        fast_tps = run_tok_per_s(Path(runs) / "arms" / arm)
         m = measured.get(arm)
         model_tps = m.get("tokens_per_s") if m else None
         rows.append([arm, cell_text(real_tps, "{:.2f}"),

@@ -411,7 +411,8 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
         "empty panel marked \"not run in this preset\", is something this preset did not run; "
         "the note under it says which preset does. Bootstrap intervals: "
         f"{options.n_resamples:,} resamples over conversations, seed {options.seed}.")
-    sections = [intro, _run_section(records, params)]
+    sections = [_claims_section(tables_dir.parent / CLAIMS_FILE), intro,
+                _run_section(records, params)]
     ext = Section("Every arm this preset ran (not a table of the paper)")
     try:
         ar, ar_subset = records.ar_replies("the report")
@@ -452,6 +453,28 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
 
         sections += replay_sections(runs / "replay", runs, options)
     return sections
+
+
+CLAIMS_FILE = "claims.json"
+
+
+def _claims_section(path: Path) -> Section:
+    """The report's first section: the claims stage's verdicts (``paper/claims.json``)."""
+    sec = Section("The paper's claims: a verdict each")
+    if not path.is_file():
+        return sec.p(f"Not judged: {path} does not exist (the claims stage writes it).")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    sec.p(f"Each claim of the ledger (data/claims.yaml) measured in every regime that tests it "
+          f"(this machine's real runs, and REPLAY under each device model). {doc['rule']} "
+          "paper/claims.md gives every regime's numbers.")
+    sec.tables(("Claims", ["claim", "the paper", "verdict", "why"],
+                [[c["id"], c["paper"], c["verdict"], c["why"]] for c in doc["claims"]]))
+    rows = [[r["arm"], f"{r['real_tok_s']:.2f}", f"{r['replay_tok_s']:.2f}",
+             f"{r['replay_over_real']:.3f}"] for r in doc.get("replay_vs_real", [])]
+    if rows:
+        sec.tables(("Replay against reality (cpu-measured)",
+                    ["arm", "real tok/s", "replay tok/s", "replay / real"], rows))
+    return sec
 
 
 def _read_index(path: Path) -> dict[str, Any]:

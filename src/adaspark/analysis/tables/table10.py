@@ -25,7 +25,7 @@ from adaspark.runs.rows import KEY_COLUMNS
 FILLED_BY = "every preset (the run stage)"
 
 
-def _hashes(rows: pd.DataFrame) -> pd.Series:
+def reply_hashes(rows: pd.DataFrame) -> pd.Series:
     if "text_sha256" in rows.columns:
         h = rows["text_sha256"].astype(str)
     else:
@@ -43,7 +43,7 @@ def table10_identical_text(replies: pd.DataFrame, target: str,
     chain = arm_rows(replies, block.chain)
     row: dict[str, object] = {"target": target, "all replies": None, "first turns": None}
     if not first.empty and not chain.empty:
-        a, b = _hashes(first), _hashes(chain)
+        a, b = reply_hashes(first), reply_hashes(chain)
         both = a.index.intersection(b.index)
         same = a.loc[both] == b.loc[both]
         firsts = [(k[2] == 0 and k[3] == 0) for k in both]

@@ -1,0 +1,649 @@
+"""The claims ledger's verdicts: each quantitative claim of the paper (``data/claims.yaml``)
+measured in every regime that can test it, judged by one written rule.
+
+Regimes: ``cpu``, this machine's real runs (``runs/arms``, ``runs/extra``, ``runs/survey``;
+measured), and ``replay:<device>``, the replay stage's records under each device model
+(``runs/replay``), labelled with the model's own label (reconstructed from the paper, measured
+here, or synthetic). A measurement is a :class:`Value`: an estimate with its interval (the 95%
+percentile bootstrap over conversations of §4.1 for ratios of decode speed; a point, lo = hi,
+for counts and shares, which have no interval), or one value per group (context band, source,
+pinned width) that must each meet the bound.
+
+The rule (:data:`RULE`), written once here and printed in ``paper/claims.md``:
+
+- per regime: ``holds`` when our interval lies inside the paper's bound, ``fails`` when it lies
+  wholly outside it, ``inconclusive`` otherwise (the interval straddles an edge); a claim made
+  per group holds when every group holds and fails when any group fails;
+- overall: the claim's deciding regimes (``decides`` in the ledger: ``cpu``, ``reconstructed``,
+  ``dense``, ``routed``) decide it: ``holds`` when every deciding regime that was measured
+  holds, ``fails`` when any fails, ``inconclusive`` when none fails and one is inconclusive,
+  ``not-testable`` when no deciding regime could be measured (or the ledger names none, with
+  the reason).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE = "holds", "fails", "inconclusive", "not-testable"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_TESTABLE)
+RULE = (
+    "Per regime, a claim holds when our interval (95% percentile bootstrap over conversations "
+    "for a ratio of decode speeds; a point for a count or a share) lies inside the paper's "
+    "bound, fails when it lies wholly outside it, and is inconclusive when it straddles an edge;"
+    " a claim made per group (context band, source, pinned width) holds when every group holds "
+    "and fails when any group fails. Overall, the claim's deciding regimes decide: it holds when"
+    " every deciding regime that was measured holds, fails when any fails, is inconclusive when "
+    "none fails and one is inconclusive, and is not-testable when no deciding regime could be "
+    "measured."
+)
+CPU = "cpu"
+REPLAY = "replay"
+#: ``decides`` entries that name a set of regimes rather than one.
+DECIDE_SETS = ("cpu", "reconstructed", "dense", "routed")
+
+
+class NotMeasured(Exception):
+    """A regime cannot measure a claim; the message says why in one line."""
+
+
+# -- the rule ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What the paper's numbers allow: a closed interval (either end may be infinite)."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    width: int | None = None  # width_share: the width whose share is bounded
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any], where: str) -> Bound:
+        width = spec.get("width")
+        if "range" in spec:
+            lo, hi = (float(x) for x in spec["range"])
+            if lo > hi:
+                raise ValueError(f"{where}: range {spec['range']} runs backwards")
+            return cls(lo, hi, width)
+        if "at_least" in spec:
+            return cls(lo=float(spec["at_least"]), width=width)
+        if "at_most" in spec:
+            return cls(hi=float(spec["at_most"]), width=width)
+        raise ValueError(f"{where}: a bound is {{range: [lo, hi]}}, {{at_least: x}} or "
+                         f"{{at_most: x}}; got {dict(spec)}")
+
+    def text(self) -> str:
+        if math.isinf(self.lo) and math.isinf(self.hi):
+            return "any"
+        if math.isinf(self.lo):
+            return f"≤ {self.hi:g}"
+        if math.isinf(self.hi):
+            return f"≥ {self.lo:g}"
+        return f"{self.lo:g} to {self.hi:g}"
+
+
+@dataclass(frozen=True)
+class Value:
+    """Our measurement: an estimate and its interval (a point: lo = hi = estimate)."""
+
+    estimate: float
+    lo: float
+    hi: float
+    n: int | None = None
+    group: str | None = None
+
+    @classmethod
+    def point(cls, x: float, n: int | None = None, group: str | None = None) -> Value:
+        return cls(float(x), float(x), float(x), n, group)
+
+    def text(self) -> str:
+        if self.lo == self.hi:
+            return f"{self.estimate:.4g}"
+        return f"{self.estimate:.3f} [{self.lo:.3f}, {self.hi:.3f}]"
+
+
+def verdict(value: Value, bound: Bound) -> str:
+    """The per-regime rule for one value (module docstring): inside -> holds, wholly outside
+    -> fails, straddling an edge -> inconclusive; a NaN estimate is not a measurement."""
+    if any(math.isnan(x) for x in (value.estimate, value.lo, value.hi)):
+        return NOT_TESTABLE
+    if value.lo >= bound.lo and value.hi <= bound.hi:
+        return HOLDS
+    if value.hi < bound.lo or value.lo > bound.hi:
+        return FAILS
+    return INCONCLUSIVE
+
+
+def combine(verdicts: Iterable[str]) -> str:
+    """Several verdicts that must all hold (a claim's groups, or its deciding regimes): any
+    fails -> fails; all measured hold -> holds; none measured -> not-testable; else
+    inconclusive."""
+    vs = [v for v in verdicts if v != NOT_TESTABLE]
+    if not vs:
+        return NOT_TESTABLE
+    if FAILS in vs:
+        return FAILS
+    return HOLDS if all(v == HOLDS for v in vs) else INCONCLUSIVE
+
+
+# -- regimes ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Regime:
+    """Where a claim is measured: this CPU's real runs or a replay under one device model.
+    The frames are read lazily by the stage (:mod:`adaspark.stages.claims`)."""
+
+    name: str
+    kind: str                                  # cpu | replay
+    label: str                                 # measured | reconstructed | synthetic
+    paper_target: str | None = None
+    replies: Callable[[], pd.DataFrame] = field(default=lambda: pd.DataFrame(), repr=False)
+    rounds: Callable[[str], pd.DataFrame] = field(default=lambda _a: pd.DataFrame(),
+                                                  repr=False)
+    survey: Callable[[], pd.DataFrame] = field(default=lambda: pd.DataFrame(), repr=False)
+    fig5: Callable[[], pd.DataFrame] = field(default=lambda: pd.DataFrame(), repr=False)
+    table2: Callable[[], pd.DataFrame] = field(default=lambda: pd.DataFrame(), repr=False)
+
+    def decided_by(self, decides: Iterable[str], targets: Mapping[str, str]) -> bool:
+        """Whether this regime is one of the deciding regimes ``decides`` names."""
+        for d in decides:
+            if d == CPU and self.kind == CPU:
+                return True
+            if self.kind == REPLAY and self.label == "reconstructed" and (
+                    d == "reconstructed" or targets.get(self.paper_target or "") == d):
+                return True
+            if d == f"{REPLAY}:{self.name.split(':', 1)[-1]}" and self.kind == REPLAY:
+                return True
+        return False
+
+
+# -- measures ---------------------------------------------------------------------------------
+
+Measured = Value | list[Value]
+MeasureFn = Callable[..., Measured]
+MEASURES: dict[str, MeasureFn] = {}
+
+
+def measure(name: str) -> Callable[[MeasureFn], MeasureFn]:
+    """Register a measure under the name the ledger uses."""
+
+    def deco(fn: MeasureFn) -> MeasureFn:
+        MEASURES[name] = fn
+        return fn
+
+    return deco
+
+
+def _compare(replies: pd.DataFrame, a: str, b: str, options: Any, by: str | None = None) -> Any:
+    from adaspark.analysis.records import has_arm
+    from adaspark.analysis.tables.common import compare_or_none
+
+    for arm in (a, b):
+        if not has_arm(replies, arm):
+            raise NotMeasured(f"{arm} was not run here")
+    c = compare_or_none(replies, a, b, options, by=by,
+                        context_arm=a if by == "context_band" else None)
+    if c is None or (not by and math.isnan(c.ratio)):
+        raise NotMeasured(f"no reply of both {a} and {b} is left to compare")
+    return c
+
+
+def _value(c: Any, group: str | None = None) -> Value:
+    return Value(float(c.ratio), float(c.lo), float(c.hi), int(c.n_replies), group)
+
+
+@measure("ratio")
+def ratio(regime: Regime, options: Any, *, a: str, b: str) -> Measured:
+    """Arm ``a`` over arm ``b``: geometric mean of per-reply decode ratios, bootstrap interval."""
+    return _value(_compare(regime.replies(), a, b, options))
+
+
+@measure("ratio_by_source")
+def ratio_by_source(regime: Regime, options: Any, *, a: str, b: str) -> Measured:
+    """``a`` over ``b`` per source (Table 8): every source must meet the bound."""
+    res = _compare(regime.replies(), a, b, options, by="set")
+    return [_value(c, str(g)) for g, c in res.items() if not math.isnan(c.ratio)]
+
+
+def first_request_dropped(replies: pd.DataFrame) -> pd.DataFrame:
+    """Every reply but the first one served (the lowest ``order`` of each arm's run): the
+    request that holds the scheduler's cold start (§4.6)."""
+    from adaspark.runs.rows import KEY_COLUMNS
+
+    if "order" not in replies.columns or replies.empty:
+        return replies
+    keys = replies[list(KEY_COLUMNS)].astype(str).agg("/".join, axis=1)
+    first = replies.loc[replies.groupby("entry")["order"].idxmin()] \
+        if "entry" in replies.columns else replies.loc[[replies["order"].idxmin()]]
+    drop = set(first[list(KEY_COLUMNS)].astype(str).agg("/".join, axis=1))
+    return replies[~keys.isin(drop)]
+
+
+def _best_pinned(replies: pd.DataFrame, options: Any, by: str | None) -> dict[str, tuple[int,
+                                                                                        Any]]:
+    """Per group (``all`` without ``by``): the pinned width fastest against AdaSpark (Table 3's
+    bold cell) and AdaSpark over it."""
+    from adaspark.analysis.records import ADASPARK, PINNED, has_arm
+
+    ran = [w for w, arm in PINNED.items() if has_arm(replies, arm)]
+    if not ran or not has_arm(replies, ADASPARK):
+        raise NotMeasured("AdaSpark and its pinned widths were not all run here")
+    best: dict[str, tuple[int, float]] = {}
+    for w in ran:
+        res = _compare(replies, PINNED[w], ADASPARK, options, by=by)
+        groups = res.items() if by else [("all replies", res)]
+        for g, c in groups:
+            if not math.isnan(c.ratio) and (str(g) not in best or c.ratio > best[str(g)][1]):
+                best[str(g)] = (w, c.ratio)
+    out = {}
+    for g, (w, _r) in best.items():
+        res = _compare(replies, ADASPARK, PINNED[w], options, by=by)
+        out[g] = (w, res if not by else res[next(k for k in res if str(k) == g)])
+    return out
+
+
+@measure("over_best_pinned")
+def over_best_pinned(regime: Regime, options: Any, *, bands: bool = True,
+                     after_first: bool = False) -> Measured:
+    """AdaSpark over the best pinned width (Table 3's AdaSpark / best), over all replies and,
+    with ``bands``, in each context band; ``after_first`` leaves out the first request."""
+    from adaspark.analysis.stats import BAND_COLUMN
+
+    replies = regime.replies()
+    if after_first:
+        replies = first_request_dropped(replies)
+    out = [_value(c, f"all replies (best {w} rows)")
+           for _g, (w, c) in _best_pinned(replies, options, None).items()]
+    if bands:
+        out += [_value(c, f"{g} (best {w} rows)")
+                for g, (w, c) in _best_pinned(replies, options, BAND_COLUMN).items()]
+    return out
+
+
+@measure("other_pinned")
+def other_pinned(regime: Regime, options: Any) -> Measured:
+    """Each pinned width but the best over AdaSpark (Table 3's width columns)."""
+    from adaspark.analysis.records import ADASPARK, PINNED
+
+    replies = regime.replies()
+    (w_best, _c), = _best_pinned(replies, options, None).values()
+    from adaspark.analysis.records import has_arm
+
+    return [_value(_compare(replies, arm, ADASPARK, options), f"{w} rows")
+            for w, arm in PINNED.items() if w != w_best and has_arm(replies, arm)]
+
+
+def _survey_medians(regime: Regime) -> pd.DataFrame:
+    from adaspark.analysis.survey import survey_medians
+
+    survey = regime.survey()
+    if survey.empty:
+        raise NotMeasured("no verify-cost survey in this regime (the survey stage runs on "
+                          "this machine only)")
+    return survey_medians(survey)
+
+
+@measure("verify_ratio")
+def verify_ratio(regime: Regime, options: Any, *, wide: int, narrow: int) -> Measured:
+    """T(wide) / T(narrow) at the surveyed context nearest the paper's 1,596 tokens."""
+    med = _survey_medians(regime)
+    ctx = med.loc[(med["context_paper"] - 1596).abs().idxmin(), "context"]
+    at = med[med["context"] == ctx].set_index("width")["verify_ms"]
+    if wide not in at.index or narrow not in at.index:
+        raise NotMeasured(f"the survey has no {wide}- or {narrow}-row verify (survey.widths)")
+    return Value.point(float(at[wide] / at[narrow]), group=f"{int(ctx):,} tokens")
+
+
+@measure("slope_ratio")
+def slope_ratio(regime: Regime, options: Any, *, wide: int, narrow: int) -> Measured:
+    """β of Eq. (3) at ``wide`` rows over β at ``narrow`` rows (Table 1's context slope)."""
+    import numpy as np
+
+    from adaspark.analysis.survey import fit_context_law
+
+    med = _survey_medians(regime)
+    beta = {}
+    for w in (wide, narrow):
+        m = med[med["width"] == w]
+        if m["context"].nunique() < 2:
+            raise NotMeasured(f"the survey has no {w}-row verify at two contexts")
+        beta[w] = fit_context_law(m["context"].to_numpy(dtype=float),
+                                  m["verify_ms"].to_numpy(dtype=float))[1]
+    if beta[narrow] <= 0:
+        raise NotMeasured(f"the {narrow}-row verify does not grow with context here "
+                          f"(β = {beta[narrow]:.3g})")
+    return Value.point(float(np.float64(beta[wide]) / beta[narrow]))
+
+
+@measure("logloss_change")
+def logloss_change(regime: Regime, options: Any) -> Measured:
+    """Table 2's change: the fitted acceptance model's log loss over the head's, minus one."""
+    t = regime.table2()
+    if t.empty or "change" not in t.columns or pd.isna(t["change"].iloc[0]):
+        raise NotMeasured("no instrumented AdaSpark run with labelled nodes (Table 2)")
+    return Value.point(float(t["change"].iloc[0]), n=int(t["nodes"].iloc[0]))
+
+
+def _adaspark_rounds(regime: Regime) -> pd.DataFrame:
+    from adaspark.analysis.records import ADASPARK
+
+    r = regime.rounds(ADASPARK)
+    if r.empty:
+        raise NotMeasured("no AdaSpark round log in this regime")
+    return r.sort_values("seq")
+
+
+@measure("cold_start")
+def cold_start(regime: Regime, options: Any, *, what: str) -> Measured:
+    """The first request's cold start (§4.6): its rounds at a width chosen for measurement
+    (``rounds``), or their time over the first request's decode time (``share``: verify plus
+    the drafter and tree build, D, of every round)."""
+    from adaspark.analysis.records import COLD_START
+
+    r = _adaspark_rounds(regime)
+    first = r[r["request_id"] == r["request_id"].iloc[0]]
+    cold = first["why"].isin(COLD_START)
+    if what == "rounds":
+        return Value.point(int(cold.sum()), n=len(first))
+    spent = first["fixed_s"].astype(float) + first["measured_verify_s"].astype(float)
+    total = float(spent.sum())
+    if total <= 0:
+        raise NotMeasured("the first request's rounds record no time")
+    return Value.point(float(spent[cold].sum()) / total, n=len(first))
+
+
+@measure("cost_error")
+def cost_error(regime: Regime, options: Any) -> Measured:
+    """Figure 9's median absolute relative error of the cost estimate, second half of the run."""
+    from adaspark.analysis.figures.fig9 import estimate_error
+
+    r = _adaspark_rounds(regime)
+    err = estimate_error(r)
+    if math.isnan(err):
+        raise NotMeasured("no round of the second half has an estimate")
+    return Value.point(err, n=len(r))
+
+
+@measure("fig5_margin")
+def fig5_margin(regime: Regime, options: Any) -> Measured:
+    """Figure 5: the 16-row tree's median extra tokens per round minus its median extra time per
+    round over the 8-row tree's (above 0: the second eight rows pay)."""
+    pts = regime.fig5()
+    if pts.empty:
+        raise NotMeasured("Figure 5's pinned pair was not replayed here")
+    return Value.point(float(pts["extra_tokens"].median() - pts["extra_time"].median()),
+                       n=len(pts))
+
+
+@measure("width_share")
+def width_share(regime: Regime, options: Any, *, width: int) -> Measured:
+    """Figure 8: the share of AdaSpark's rounds at ``width`` rows, cold-start rounds left out."""
+    from adaspark.analysis.figures.fig8 import width_shares
+
+    r = _adaspark_rounds(regime)
+    shares = width_shares(r)
+    return Value.point(float(shares.get(width, 0.0)), n=len(r), group=f"{width} rows")
+
+
+@measure("identical_share")
+def identical_share(regime: Regime, options: Any, *, a: str, b: str) -> Measured:
+    """Table 10: the share of replies whose text is byte-identical between ``a``'s first run and
+    ``b``."""
+    from adaspark.analysis.records import arm_rows
+    from adaspark.analysis.tables.table10 import reply_hashes
+
+    replies = regime.replies()
+    first = arm_rows(replies, f"{a}@1")
+    first = first if not first.empty else arm_rows(replies, a)
+    other = arm_rows(replies, b)
+    if first.empty or other.empty:
+        raise NotMeasured(f"{a} and {b} were not both run here")
+    ha, hb = reply_hashes(first), reply_hashes(other)
+    both = ha.index.intersection(hb.index)
+    if not len(both):
+        raise NotMeasured(f"{a} and {b} share no reply")
+    return Value.point(float((ha.loc[both] == hb.loc[both]).mean()), n=len(both))
+
+
+# -- the ledger -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One entry of ``data/claims.yaml``."""
+
+    id: str
+    paper: str
+    source: str
+    tested_by: str
+    measure: dict[str, Any]
+    bound: dict[str, Any]
+    decides: tuple[str, ...]
+    why: str = ""
+
+    def bound_for(self, paper_target: str | None) -> Bound | None:
+        """The bound in a regime: the claim's, or its paper target's (``by_target``); None where
+        a per-target claim meets a regime of no paper target."""
+        if "by_target" in self.bound:
+            spec = self.bound["by_target"].get(paper_target or "")
+            return None if spec is None else Bound.parse(spec, f"claim {self.id}")
+        return Bound.parse(self.bound, f"claim {self.id}") if self.bound else None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    claims: tuple[Claim, ...]
+    targets: dict[str, str]
+
+
+def read_ledger(path: Path) -> Ledger:
+    """``data/claims.yaml``, checked: every claim has its fields, a known measure, a readable
+    bound and known deciding regimes; ids are unique. A bad entry raises ValueError naming it."""
+    import yaml
+
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    targets = {str(k): str(v) for k, v in (raw.get("targets") or {}).items()}
+    claims, seen = [], set()
+    for i, c in enumerate(raw.get("claims") or []):
+        where = f"{path}: claim {c.get('id', i)}"
+        missing = [k for k in ("id", "paper", "source", "tested_by", "measure", "decides")
+                   if k not in c]
+        if missing:
+            raise ValueError(f"{where} lacks {', '.join(missing)}")
+        if c["id"] in seen:
+            raise ValueError(f"{where}: the id is used twice")
+        seen.add(c["id"])
+        name = c["measure"].get("name")
+        if name != "none" and name not in MEASURES:
+            raise ValueError(f"{where}: measure {name!r} is not one of {sorted(MEASURES)}")
+        bad = [d for d in c["decides"] if d not in DECIDE_SETS and not
+               str(d).startswith(f"{REPLAY}:")]
+        if bad:
+            raise ValueError(f"{where}: decides {bad}: each is one of {DECIDE_SETS} or "
+                             "replay:<device>")
+        if not c["decides"] and not c.get("why"):
+            raise ValueError(f"{where}: no deciding regime, and no `why`")
+        claim = Claim(str(c["id"]), " ".join(str(c["paper"]).split()), str(c["source"]),
+                      " ".join(str(c["tested_by"]).split()), dict(c["measure"]),
+                      dict(c.get("bound") or {}), tuple(c["decides"]),
+                      " ".join(str(c.get("why", "")).split()))
+        if name != "none":
+            if not claim.bound:
+                raise ValueError(f"{where}: a measured claim needs a bound")
+            for t in claim.bound.get("by_target", {None: None}):
+                claim.bound_for(t)  # parses, or raises naming the claim
+        claims.append(claim)
+    return Ledger(tuple(claims), targets)
+
+
+# -- evaluation -------------------------------------------------------------------------------
+
+
+@dataclass
+class RegimeResult:
+    regime: str
+    label: str
+    verdict: str
+    why: str = ""
+    bound: str = ""
+    values: list[dict[str, Any]] = field(default_factory=list)
+    decides: bool = False
+
+    @property
+    def text(self) -> str:
+        return "; ".join((f"{v['group']}: " if v.get("group") else "") + Value(
+            v["estimate"], v["lo"], v["hi"]).text() for v in self.values)
+
+
+def judge(claim: Claim, regime: Regime, options: Any, targets: Mapping[str, str]) -> RegimeResult:
+    """One claim in one regime: its values and its verdict by :func:`verdict`."""
+    res = RegimeResult(regime.name, regime.label, NOT_TESTABLE,
+                       decides=regime.decided_by(claim.decides, targets))
+    name = claim.measure.get("name")
+    if name == "none":
+        res.why = claim.why
+        return res
+    bound = claim.bound_for(regime.paper_target)
+    if bound is None:
+        res.why = ("the paper's bound is per target, and this regime reconstructs none of its "
+                   "targets")
+        return res
+    res.bound = bound.text()
+    args = {k: v for k, v in claim.measure.items() if k != "name"}
+    if bound.width is not None:
+        args["width"] = bound.width
+    try:
+        got = MEASURES[name](regime, options, **args)
+    except NotMeasured as e:
+        res.why = str(e)
+        return res
+    values = got if isinstance(got, list) else [got]
+    if not values:
+        res.why = "nothing left to measure"
+        return res
+    res.values = [asdict(v) for v in values]
+    res.verdict = combine(verdict(v, bound) for v in values)
+    return res
+
+
+def evaluate(ledger: Ledger, regimes: list[Regime], options: Any) -> list[dict[str, Any]]:
+    """Every claim in every regime, with its overall verdict and a one-line why."""
+    out = []
+    for c in ledger.claims:
+        results = [judge(c, r, options, ledger.targets) for r in regimes]
+        deciding = [r for r in results if r.decides]
+        overall = combine(r.verdict for r in deciding) if deciding else NOT_TESTABLE
+        if not c.decides:
+            why = c.why
+        elif not deciding:
+            why = f"no regime of {', '.join(c.decides)} was run"
+        elif overall == NOT_TESTABLE:
+            why = "; ".join(sorted({f"{r.regime}: {r.why}" for r in deciding}))
+        else:
+            why = "; ".join(f"{r.regime} {r.verdict} ({r.text} against {r.bound})"
+                            for r in deciding if r.verdict != NOT_TESTABLE)
+        out.append({"id": c.id, "paper": c.paper, "source": c.source, "tested_by": c.tested_by,
+                    "decides": list(c.decides), "verdict": overall, "why": why,
+                    "regimes": [asdict(r) | {"text": r.text} for r in results]})
+    return out
+
+
+# -- replay against reality (issue 33, item 3) ------------------------------------------------
+
+
+def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, float],
+                   device: str, real_cap: int | None) -> list[dict[str, Any]]:
+    """Each arm both run on this machine (``real_tok_s``: its decode tok/s) and replayed under
+    ``device`` (the replay summary's ``tokens_per_s``), with their ratio and whether it is
+    within 5%."""
+    if not summary:
+        return []
+    replayed = (summary.get("replays") or {}).get(device) or {}
+    rows = []
+    for arm, r in replayed.items():
+        real = real_tok_s.get(arm)
+        rep = r.get("tokens_per_s")
+        if real is None or rep is None or not (real > 0):
+            continue
+        ratio = round(float(rep) / float(real), 4)
+        rows.append({"arm": arm, "real_tok_s": round(float(real), 3),
+                     "replay_tok_s": round(float(rep), 3), "replay_over_real": ratio,
+                     "within_5pct": bool(abs(ratio - 1.0) <= 0.05 + 1e-9),
+                     "device": device, "real_cap": real_cap, "replay_cap": summary.get("cap")})
+    return rows
+
+
+# -- outputs ----------------------------------------------------------------------------------
+
+
+def claims_markdown(claims: list[dict[str, Any]], reality: list[dict[str, Any]],
+                    regimes: list[Regime]) -> str:
+    """``paper/claims.md``: the rule, one line per claim, then every regime's numbers."""
+    def esc(s: str) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["# The paper's claims, one verdict each", "",
+             "Every claim below is tested by this project's outputs; a verdict follows from the "
+             "numbers by one rule:", "", f"> {RULE}", "",
+             "Regimes: " + "; ".join(
+                 f"`{r.name}` ({'this machine, real runs' if r.kind == CPU else 'REPLAY'}, "
+                 f"{r.label}{', the paper’s ' + r.paper_target if r.paper_target else ''})"
+                 for r in regimes) + ". A replayed number is this machine's acceptance priced "
+             "by a device model; a reconstructed model is read from the paper's figures.", "",
+             "| claim | the paper | deciding regimes | verdict | why |", "|---|---|---|---|---|"]
+    for c in claims:
+        lines.append(f"| `{c['id']}` | {esc(c['paper'])} | {esc(', '.join(c['decides']) or '-')}"
+                     f" | **{c['verdict']}** | {esc(c['why'])} |")
+    lines += ["", "## Every regime", ""]
+    for c in claims:
+        lines += [f"### `{c['id']}`: {c['verdict']}", "", f"{c['paper']} ({c['source']}). "
+                  f"Tested by: {c['tested_by']}.", "",
+                  "| regime | label | decides | bound | ours | verdict | why |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in c["regimes"]:
+            lines.append(f"| {r['regime']} | {r['label']} | {'yes' if r['decides'] else ''} | "
+                         f"{esc(r['bound'])} | {esc(r['text'])} | {r['verdict']} | "
+                         f"{esc(r['why'])} |")
+        lines.append("")
+    lines += ["## Replay against reality", "",
+              "Each arm run on this machine and replayed under `cpu-measured` (the device model "
+              "fitted from this machine's survey and instrumented run): replayed over real "
+              "decode tok/s. The replay's replies are the labelled run's (its own cap); the real"
+              " run's are the run stage's (its cap).", "",
+              "| arm | real tok/s | replay tok/s | replay / real | within 5% | caps (real, replay)"
+              " |", "|---|---|---|---|---|---|"]
+    for r in reality:
+        lines.append(f"| {r['arm']} | {r['real_tok_s']:.2f} | {r['replay_tok_s']:.2f} | "
+                     f"{r['replay_over_real']:.3f} | {'yes' if r['within_5pct'] else 'no'} | "
+                     f"{r['real_cap']}, {r['replay_cap']} |")
+    if not reality:
+        lines.append("| (no arm both run and replayed under cpu-measured) | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def metrics(claims: list[dict[str, Any]], reality: list[dict[str, Any]],
+            decode_tok_s: Mapping[str, float]) -> dict[str, Any]:
+    """The headline numbers DVC shows (``dvc metrics show``): each arm's decode tok/s, each
+    claim's verdict and its deciding regimes' estimates, replay over real per arm."""
+    code = {HOLDS: 1, INCONCLUSIVE: 0, FAILS: -1, NOT_TESTABLE: None}
+    out: dict[str, Any] = {"decode_tok_s": {a: round(float(v), 3)
+                                            for a, v in sorted(decode_tok_s.items())},
+                           "claims": {}, "replay_over_real": {}}
+    for c in claims:
+        entry: dict[str, Any] = {"verdict": c["verdict"], "holds": code[c["verdict"]]}
+        for r in c["regimes"]:
+            if r["decides"] and r["values"]:
+                v = min(r["values"], key=lambda x: x["estimate"])
+                entry[r["regime"]] = round(float(v["estimate"]), 4)
+        out["claims"][c["id"]] = entry
+    for r in reality:
+        out["replay_over_real"][r["arm"]] = r["replay_over_real"]
+    return out
