@@ -134,3 +134,24 @@ def test_replay_against_reality_pairs_arms_both_run_and_replayed():
                                                            ("adaspark", False)]
     assert rows[1]["replay_over_real"] == 0.8 and rows[0]["real_cap"] == 128
     assert cl.replay_vs_real(None, {"chain3": 1.0}, "cpu-measured", 1) == []
+
+
+def test_the_rounds_curve_tracks_adaspark_over_the_fastest_pinned_width():
+    """Two replies; AdaSpark at 10 tok/s then 20, w8 (the faster pinned width) at 15 both
+    times, w16 at 5: after the first reply 10/15, after both 30 tokens in 2 s over 30 in 2 s."""
+    import pandas as pd
+
+    rows = []
+    for i, (ada_s, rounds) in enumerate(((1.0, 4), (0.5, 3))):
+        key = {"set": "s", "conversation": "c", "turn": i, "reply": 0, "completion_tokens": 10}
+        rows += [{**key, "arm": "adaspark", "decode_s": ada_s, "server_rounds": rounds,
+                  "order": i},
+                 {**key, "arm": "adaspark-w8", "decode_s": 10 / 15, "server_rounds": 5,
+                  "order": i},
+                 {**key, "arm": "adaspark-w16", "decode_s": 2.0, "server_rounds": 5,
+                  "order": i}]
+    c = cl.rounds_curve(pd.DataFrame(rows))
+    assert c["rounds"].tolist() == [4, 7] and set(c["best_width"]) == {8}
+    assert math.isclose(c["ratio"].iloc[0], 10 / 15)
+    assert math.isclose(c["ratio"].iloc[1], (20 / 1.5) / 15)
+    assert cl.rounds_curve(pd.DataFrame(rows[:1])).empty  # no pinned width

@@ -647,3 +647,64 @@ def metrics(claims: list[dict[str, Any]], reality: list[dict[str, Any]],
     for r in reality:
         out["replay_over_real"][r["arm"]] = r["replay_over_real"]
     return out
+
+
+# -- AdaSpark over the best pinned width against rounds served (issue 33, item 2) -------------
+
+
+def rounds_curve(replies: pd.DataFrame) -> pd.DataFrame:
+    """AdaSpark over the best pinned width (the pinned arm fastest over all replies, summed
+    tokens over summed time) as the replies are served: after each of AdaSpark's replies in
+    serving order, both arms' cumulative tokens over cumulative decode time on the replies
+    served so far, against AdaSpark's cumulative rounds. Empty when AdaSpark or every pinned
+    width is missing."""
+    from adaspark.analysis.records import ADASPARK, PINNED
+    from adaspark.runs.rows import KEY_COLUMNS
+
+    rounds_col = "server_rounds" if "server_rounds" in replies.columns else "rounds"
+    cols = ["rounds", "ratio", "best_width", "replies"]
+    if replies.empty or "arm" not in replies.columns:
+        return pd.DataFrame(columns=cols)
+    arms = replies["arm"].astype(str)
+    ada = replies[arms == ADASPARK].sort_values("order")
+    speed = {w: (g["completion_tokens"].sum() / g["decode_s"].sum())
+             for w, a in PINNED.items() if not (g := replies[arms == a]).empty
+             and g["decode_s"].sum() > 0}
+    if ada.empty or not speed:
+        return pd.DataFrame(columns=cols)
+    best = max(speed, key=lambda w: speed[w])
+    pinned = replies[arms == PINNED[best]].set_index(list(KEY_COLUMNS))
+    rows, n_rounds, ta, sa, tb, sb = [], 0, 0.0, 0.0, 0.0, 0.0
+    for i, r in enumerate(ada.itertuples(index=False), 1):
+        key = tuple(getattr(r, k) for k in KEY_COLUMNS)
+        if key not in pinned.index:
+            continue
+        p = pinned.loc[key]
+        n_rounds += int(getattr(r, rounds_col) or 0)
+        ta, sa = ta + float(r.completion_tokens), sa + float(r.decode_s)
+        tb, sb = tb + float(p["completion_tokens"]), sb + float(p["decode_s"])
+        if sa > 0 and sb > 0 and tb > 0:
+            rows.append({"rounds": n_rounds, "ratio": (ta / sa) / (tb / sb),
+                         "best_width": best, "replies": i})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def rounds_figure(curves: Mapping[str, pd.DataFrame]) -> Any:
+    """One line per device model: AdaSpark over the best pinned width against rounds served
+    (replay), the paper's 0.997 marked."""
+    from adaspark.analysis.figures.style import panels, style
+
+    with style():
+        fig, (ax,) = panels(1)
+        fig.set_size_inches(7.5, 3.2)
+        for dev, c in curves.items():
+            if not c.empty:
+                ax.plot(c["rounds"], c["ratio"], marker="o", ms=3, lw=1.2,
+                        label=f"{dev} (best {int(c['best_width'].iloc[0])} rows)")
+        ax.axhline(0.997, color="grey", ls="--", lw=0.8, label="paper: ≥ 0.997")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xlabel("AdaSpark rounds served (replay)")
+        ax.set_ylabel("AdaSpark / best pinned")
+        ax.set_title("AdaSpark over the best pinned width as rounds are served (REPLAY)")
+        ax.legend(frameon=False, fontsize=7)
+    return fig

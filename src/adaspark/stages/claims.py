@@ -121,6 +121,22 @@ def plot_data(out: Path, runs: Path, decode: dict[str, float],
     return files
 
 
+def write_rounds_curves(out: Path, replay_dir: Path, summary: dict[str, Any] | None) -> None:
+    """AdaSpark over the best pinned width against rounds served, per device model (replay):
+    ``plots/width_vs_rounds.csv`` (for ``dvc plots``) and ``claims-width-vs-rounds.png|pdf``."""
+    from adaspark.analysis.claims import rounds_curve, rounds_figure
+    from adaspark.analysis.figures.style import save
+    from adaspark.analysis.replay import device_replies
+
+    curves = {dev: rounds_curve(device_replies(replay_dir, dev))
+              for dev in ((summary or {}).get("devices") or {})}
+    frame = pd.concat([c.assign(device=d) for d, c in curves.items() if not c.empty]
+                      or [pd.DataFrame(columns=["rounds", "ratio", "best_width", "replies",
+                                                "device"])], ignore_index=True)
+    io.write_text(out / "plots" / "width_vs_rounds.csv", frame.to_csv(index=False))
+    save(rounds_figure(curves), out, "claims-width-vs-rounds")
+
+
 def screen(claims: list[dict[str, Any]], reality: list[dict[str, Any]]) -> str:
     """The stage's one-screen summary."""
     from collections import Counter
@@ -172,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     io.write_text(a.out / "claims.md", claims_markdown(claims, reality, regimes))
     io.write_json(a.out / "metrics.json", metrics(claims, reality, decode))
     plot_data(a.out / "plots", a.runs, decode, claims)
+    write_rounds_curves(a.out, a.replay, summary)
     print(screen(claims, reality))
     return 0
 
