@@ -150,8 +150,8 @@ def test_the_rounds_curve_tracks_adaspark_over_the_fastest_pinned_width():
                   "order": i},
                  {**key, "arm": "adaspark-w16", "decode_s": 2.0, "server_rounds": 5,
                   "order": i}]
-    c = cl.rounds_curve(pd.DataFrame(rows))
+    c = cl.rounds_curve(pd.DataFrame(rows), "draft-model")
     assert c["rounds"].tolist() == [4, 7] and set(c["best_width"]) == {8}
     assert math.isclose(c["ratio"].iloc[0], 10 / 15)
     assert math.isclose(c["ratio"].iloc[1], (20 / 1.5) / 15)
-    assert cl.rounds_curve(pd.DataFrame(rows[:1])).empty  # no pinned width
+    assert cl.rounds_curve(pd.DataFrame(rows[:1]), "draft-model").empty  # no pinned width

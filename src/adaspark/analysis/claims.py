@@ -227,58 +227,70 @@ def first_request_dropped(replies: pd.DataFrame) -> pd.DataFrame:
     return replies[~keys.isin(drop)]
 
 
-def _best_pinned(replies: pd.DataFrame, options: Any, by: str | None) -> dict[str, tuple[int,
-                                                                                        Any]]:
-    """Per group (``all`` without ``by``): the pinned width fastest against AdaSpark (Table 3's
-    bold cell) and AdaSpark over it."""
-    from adaspark.analysis.records import ADASPARK, PINNED, has_arm
+def pinned_arms(block: str) -> tuple[str, dict[int, str]]:
+    """A drafter block's AdaSpark arm and its pinned widths (``dspark`` or ``draft-model``)."""
+    from adaspark.analysis.records import ADASPARK, ADASPARK_DSPARK, PINNED, PINNED_DSPARK
 
-    ran = [w for w, arm in PINNED.items() if has_arm(replies, arm)]
-    if not ran or not has_arm(replies, ADASPARK):
-        raise NotMeasured("AdaSpark and its pinned widths were not all run here")
+    if block == "dspark":
+        return ADASPARK_DSPARK, PINNED_DSPARK
+    if block == "draft-model":
+        return ADASPARK, PINNED
+    raise ValueError(f"block {block!r}: one of dspark, draft-model")
+
+
+def _best_pinned(replies: pd.DataFrame, options: Any, by: str | None,
+                 block: str) -> dict[str, tuple[int, Any]]:
+    """Per group (``all`` without ``by``): the pinned width fastest against AdaSpark (Table 3's
+    bold cell) and AdaSpark over it, on ``block``'s arms."""
+    from adaspark.analysis.records import has_arm
+
+    ada, pinned = pinned_arms(block)
+    ran = [w for w, arm in pinned.items() if has_arm(replies, arm)]
+    if not ran or not has_arm(replies, ada):
+        raise NotMeasured(f"{ada} and its pinned widths were not all run here")
     best: dict[str, tuple[int, float]] = {}
     for w in ran:
-        res = _compare(replies, PINNED[w], ADASPARK, options, by=by)
+        res = _compare(replies, pinned[w], ada, options, by=by)
         groups = res.items() if by else [("all replies", res)]
         for g, c in groups:
             if not math.isnan(c.ratio) and (str(g) not in best or c.ratio > best[str(g)][1]):
                 best[str(g)] = (w, c.ratio)
     out = {}
     for g, (w, _r) in best.items():
-        res = _compare(replies, ADASPARK, PINNED[w], options, by=by)
+        res = _compare(replies, ada, pinned[w], options, by=by)
         out[g] = (w, res if not by else res[next(k for k in res if str(k) == g)])
     return out
 
 
 @measure("over_best_pinned")
-def over_best_pinned(regime: Regime, options: Any, *, bands: bool = True,
+def over_best_pinned(regime: Regime, options: Any, *, block: str, bands: bool = True,
                      after_first: bool = False) -> Measured:
-    """AdaSpark over the best pinned width (Table 3's AdaSpark / best), over all replies and,
-    with ``bands``, in each context band; ``after_first`` leaves out the first request."""
+    """AdaSpark over the best pinned width (Table 3's AdaSpark / best) on ``block``'s arms, over
+    all replies and, with ``bands``, in each context band; ``after_first`` leaves out the first
+    request (the cold start)."""
     from adaspark.analysis.stats import BAND_COLUMN
 
     replies = regime.replies()
     if after_first:
         replies = first_request_dropped(replies)
     out = [_value(c, f"all replies (best {w} rows)")
-           for _g, (w, c) in _best_pinned(replies, options, None).items()]
+           for _g, (w, c) in _best_pinned(replies, options, None, block).items()]
     if bands:
         out += [_value(c, f"{g} (best {w} rows)")
-                for g, (w, c) in _best_pinned(replies, options, BAND_COLUMN).items()]
+                for g, (w, c) in _best_pinned(replies, options, BAND_COLUMN, block).items()]
     return out
 
 
 @measure("other_pinned")
-def other_pinned(regime: Regime, options: Any) -> Measured:
+def other_pinned(regime: Regime, options: Any, *, block: str) -> Measured:
     """Each pinned width but the best over AdaSpark (Table 3's width columns)."""
-    from adaspark.analysis.records import ADASPARK, PINNED
-
-    replies = regime.replies()
-    (w_best, _c), = _best_pinned(replies, options, None).values()
     from adaspark.analysis.records import has_arm
 
-    return [_value(_compare(replies, arm, ADASPARK, options), f"{w} rows")
-            for w, arm in PINNED.items() if w != w_best and has_arm(replies, arm)]
+    ada, pinned = pinned_arms(block)
+    replies = regime.replies()
+    (w_best, _c), = _best_pinned(replies, options, None, block).values()
+    return [_value(_compare(replies, arm, ada, options), f"{w} rows")
+            for w, arm in pinned.items() if w != w_best and has_arm(replies, arm)]
 
 
 def _survey_medians(regime: Regime) -> pd.DataFrame:
@@ -332,23 +344,21 @@ def logloss_change(regime: Regime, options: Any) -> Measured:
     return Value.point(float(t["change"].iloc[0]), n=int(t["nodes"].iloc[0]))
 
 
-def _adaspark_rounds(regime: Regime) -> pd.DataFrame:
-    from adaspark.analysis.records import ADASPARK
-
-    r = regime.rounds(ADASPARK)
+def _adaspark_rounds(regime: Regime, arm: str) -> pd.DataFrame:
+    r = regime.rounds(arm)
     if r.empty:
-        raise NotMeasured("no AdaSpark round log in this regime")
+        raise NotMeasured(f"no round log of {arm} in this regime")
     return r.sort_values("seq")
 
 
 @measure("cold_start")
-def cold_start(regime: Regime, options: Any, *, what: str) -> Measured:
+def cold_start(regime: Regime, options: Any, *, what: str, arm: str) -> Measured:
     """The first request's cold start (§4.6): its rounds at a width chosen for measurement
     (``rounds``), or their time over the first request's decode time (``share``: verify plus
     the drafter and tree build, D, of every round)."""
     from adaspark.analysis.records import COLD_START
 
-    r = _adaspark_rounds(regime)
+    r = _adaspark_rounds(regime, arm)
     first = r[r["request_id"] == r["request_id"].iloc[0]]
     cold = first["why"].isin(COLD_START)
     if what == "rounds":
@@ -361,11 +371,11 @@ def cold_start(regime: Regime, options: Any, *, what: str) -> Measured:
 
 
 @measure("cost_error")
-def cost_error(regime: Regime, options: Any) -> Measured:
+def cost_error(regime: Regime, options: Any, *, arm: str) -> Measured:
     """Figure 9's median absolute relative error of the cost estimate, second half of the run."""
     from adaspark.analysis.figures.fig9 import estimate_error
 
-    r = _adaspark_rounds(regime)
+    r = _adaspark_rounds(regime, arm)
     err = estimate_error(r)
     if math.isnan(err):
         raise NotMeasured("no round of the second half has an estimate")
@@ -384,11 +394,11 @@ def fig5_margin(regime: Regime, options: Any) -> Measured:
 
 
 @measure("width_share")
-def width_share(regime: Regime, options: Any, *, width: int) -> Measured:
+def width_share(regime: Regime, options: Any, *, width: int, arm: str) -> Measured:
     """Figure 8: the share of AdaSpark's rounds at ``width`` rows, cold-start rounds left out."""
     from adaspark.analysis.figures.fig8 import width_shares
 
-    r = _adaspark_rounds(regime)
+    r = _adaspark_rounds(regime, arm)
     shares = width_shares(r)
     return Value.point(float(shares.get(width, 0.0)), n=len(r), group=f"{width} rows")
 
@@ -652,28 +662,28 @@ def metrics(claims: list[dict[str, Any]], reality: list[dict[str, Any]],
 # -- AdaSpark over the best pinned width against rounds served (issue 33, item 2) -------------
 
 
-def rounds_curve(replies: pd.DataFrame) -> pd.DataFrame:
+def rounds_curve(replies: pd.DataFrame, block: str = "dspark") -> pd.DataFrame:
     """AdaSpark over the best pinned width (the pinned arm fastest over all replies, summed
     tokens over summed time) as the replies are served: after each of AdaSpark's replies in
     serving order, both arms' cumulative tokens over cumulative decode time on the replies
     served so far, against AdaSpark's cumulative rounds. Empty when AdaSpark or every pinned
     width is missing."""
-    from adaspark.analysis.records import ADASPARK, PINNED
     from adaspark.runs.rows import KEY_COLUMNS
 
+    ada_arm, pinned = pinned_arms(block)
     rounds_col = "server_rounds" if "server_rounds" in replies.columns else "rounds"
     cols = ["rounds", "ratio", "best_width", "replies"]
     if replies.empty or "arm" not in replies.columns:
         return pd.DataFrame(columns=cols)
     arms = replies["arm"].astype(str)
-    ada = replies[arms == ADASPARK].sort_values("order")
+    ada = replies[arms == ada_arm].sort_values("order")
     speed = {w: (g["completion_tokens"].sum() / g["decode_s"].sum())
-             for w, a in PINNED.items() if not (g := replies[arms == a]).empty
+             for w, a in pinned.items() if not (g := replies[arms == a]).empty
              and g["decode_s"].sum() > 0}
     if ada.empty or not speed:
         return pd.DataFrame(columns=cols)
     best = max(speed, key=lambda w: speed[w])
-    pinned = replies[arms == PINNED[best]].set_index(list(KEY_COLUMNS))
+    pinned = replies[arms == pinned[best]].set_index(list(KEY_COLUMNS))
     rows, n_rounds, ta, sa, tb, sb = [], 0, 0.0, 0.0, 0.0, 0.0
     for i, r in enumerate(ada.itertuples(index=False), 1):
         key = tuple(getattr(r, k) for k in KEY_COLUMNS)

@@ -94,6 +94,8 @@ CLASSES = "adaspark-classes"
 WIDTH1 = "adaspark-w1"
 #: AdaSpark with its width pinned (Table 3), by rows.
 PINNED: dict[int, str] = {w: f"adaspark-w{w}" for w in (4, 5, 6, 8, 12, 16)}
+#: The same pinned widths on the DSpark drafter (replayed by default; Table 3's claim there).
+PINNED_DSPARK: dict[int, str] = {w: f"adaspark-dspark-w{w}" for w in PINNED}
 
 
 @dataclass(frozen=True)
