@@ -576,7 +576,8 @@ def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, f
     within 5%."""
     if not summary:
         return []
-    replayed = (summary.get("replays") or {}).get(device) or {}
+    # the replay at the run's cap where the replay stage made one, else the labelled cap's
+    replayed = summary.get("reality") or (summary.get("replays") or {}).get(device) or {}
     rows = []
     for arm, r in replayed.items():
         real = real_tok_s.get(arm)
@@ -587,7 +588,8 @@ def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, f
         rows.append({"arm": arm, "real_tok_s": round(float(real), 3),
                      "replay_tok_s": round(float(rep), 3), "replay_over_real": ratio,
                      "within_5pct": bool(abs(ratio - 1.0) <= 0.05 + 1e-9),
-                     "device": device, "real_cap": real_cap, "replay_cap": summary.get("cap")})
+                     "device": device, "real_cap": real_cap,
+                     "replay_cap": r.get("cap") or summary.get("cap")})
     return rows
 
 

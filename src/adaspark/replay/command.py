@@ -17,6 +17,7 @@ Under ``device=recorded`` the replay is checked against the run round by round
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -364,12 +365,14 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
 
 def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
                out: Path | None = None, replies_of: str | None = None,
-               labels: Path | None = None, engine: bool = True, log: Any = None
-               ) -> dict[str, Any]:
+               labels: Path | None = None, engine: bool = True, log: Any = None,
+               cap: int | None = None) -> dict[str, Any]:
     """Replay ``arm`` (under ``cfg``'s target, drafters and scheduler) over ``run_dir``'s
     replies of ``replies_of`` (default: its own) priced by ``device``; labels from ``labels``
     (default ``<run>/labels``), made on the engine when missing unless ``engine`` is false.
-    Writes the replay's trace, rows and summary under ``out`` and returns the summary."""
+    ``cap`` caps every reply below its recorded cap (the run stage's cap, to set a replay
+    beside a real run of other caps). Writes the replay's trace, rows and summary under ``out``
+    and returns the summary."""
     from adaspark.schema import scheduler_mapping
 
     say = log or (lambda m: print(m, file=sys.stderr))
@@ -382,6 +385,12 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
                           f"run; leave replies_of out, or name a device model")
     trace_dir = arm_trace_dir(run_dir, source)
     traces = read_traces(trace_dir)
+    if cap is not None:
+        if device == "recorded":
+            raise ConfigError("a cap other than the run's cannot be checked against the run's "
+                              "recorded rounds: name a device model")
+        traces = [dataclasses.replace(t, max_tokens=min(int(t.max_tokens), int(cap)))
+                  for t in traces]
     arm_dir = trace_dir.parent
     base = arm_dir.parent if arm_dir != run_dir else run_dir
     out_dir = out or base / "replay" / f"{arm.name}@{device}"

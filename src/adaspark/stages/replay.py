@@ -20,6 +20,10 @@ replayed over the labelled replies under every configured device model.
    (``OUT/<device>/fig5/w8``, ``w16``), and over Figure 5's own prompts where
    ``replay.fig5_prompts`` (``OUT/<device>/fig5/prompts.parquet``). Figures 5 and 8 in replay
    form are drawn per device model (``OUT/<device>/figures/``).
+4. Replay against reality: each arm of ``run_arms`` that is replayed, again under
+   ``cpu-measured`` but at the run stage's cap (``run.cap``), over the same conversations
+   (``OUT/cpu-measured/at-run-cap/<arm>``; ``summary.json``'s ``reality``), so that the claims
+   stage sets it beside the arm's real run.
 
 The labels come from the labels stage only (the engine is never loaded to label here).
 ``OUT/summary.json`` indexes it all; the report's replay section reads it
@@ -44,6 +48,8 @@ CHECK_DIR = "check"
 FIG5_DIR = "fig5"
 FIG5_WIDTHS = (8, 16)
 DEVICES_DIR = "devices"
+#: Replays at the run stage's cap under cpu-measured (``OUT/cpu-measured/at-run-cap/<arm>``).
+REALITY_DIR = "at-run-cap"
 
 
 def timing_traces(timing: Path, labelled: Path, arm: str) -> Path:
@@ -211,13 +217,28 @@ def main(argv: list[str] | None = None) -> int:
         if s.fig5_prompts:
             fig5_prompts(cfg, params, a.labels, files[dev], a.out / dev / FIG5_DIR)
             say(f"replay: Figure 5's prompts under {dev}")
+    # 4. replay against reality: each arm the run stage ran on this machine, replayed under
+    # cpu-measured at the run stage's cap over the same conversations (analysis.claims)
+    reality: dict[str, dict[str, Any]] = {}
+    run_cap = int((params.get("run") or {}).get("cap") or 0) or None
+    if CPU_MEASURED in s.devices:
+        for name in [n for n in arms if n in (params.get("run_arms") or [])]:
+            arm = arm_config(cfg, ArmEntry.parse(name))
+            out = a.out / CPU_MEASURED / REALITY_DIR / name
+            shutil.rmtree(out, ignore_errors=True)
+            reality[name] = replay_arm(cfg, arm, a.runs, device=files[CPU_MEASURED], out=out,
+                                       replies_of=s.replies_of, labels=a.labels, engine=False,
+                                       log=quiet, cap=run_cap) | {"cap": run_cap}
+            say(f"replay at the run's cap {run_cap}: {name} under {CPU_MEASURED}: "
+                f"{reality[name]['tokens_per_s']:.1f} tok/s")
     from adaspark.analysis.replay import write_figures
 
     for dev in s.devices:  # Figures 5 and 8 in replay form, one pair per device model
         write_figures(a.out, dev)
     summary = {"replies_of": s.replies_of, "subset": s.subset, "cap": s.cap,
                "runs": str(a.runs), "labels": str(a.labels), "devices": devices,
-               "check": check, "replays": replays, "skipped_arms": skipped,
+               "check": check, "replays": replays, "reality": reality,
+               "skipped_arms": skipped,
                "stage_s": round(time.perf_counter() - t0, 2)}
     io.write_json(a.out / "summary.json", summary)
     print(screen_summary(summary))
