@@ -347,12 +347,13 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     """``adaspark replay ...``: the arguments, the composed config, then :func:`replay_arm`."""
-    from adaspark.schema import check_arm, validate
+    from adaspark.schema import check_arm, check_overrides, validate
 
     mine, rest = _split(args, ("run_dir", "device", "out", "replies_of", "labels"))
     if "run_dir" not in mine:
         raise ConfigError("replay needs run_dir=DIR: a run made with run.exact=true "
                           "run.round_log=true")
+    check_overrides(rest, "replay")
     cfg = compose(rest)
     validate(cfg, command="replay")
     arm = check_arm(cfg.arm, "arm")
