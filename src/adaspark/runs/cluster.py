@@ -214,7 +214,23 @@ def run_unit_ray(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSe
                  launcher: LauncherSettings, *, on_mismatch: str = "refuse",
                  log: Callable[[str], None] | None = None,
                  on_reply: Callable[[ReplyRow], None] | None = None) -> list[ArmSummary]:
-    """:func:`adaspark.runs.run.run_unit` over a Ray cluster (see the module docstring)."""
+    """:func:`adaspark.runs.run.run_unit` over a Ray cluster (see the module docstring); the
+    driver holds each run directory's lock (:class:`~adaspark.runs.store.RunLock`) throughout."""
+    from contextlib import ExitStack
+
+    from adaspark.runs.store import RunLock
+
+    with ExitStack() as held:
+        for d in dirs.values():
+            held.enter_context(RunLock(Path(d)))
+        return _run_unit_ray_held(cfg, unit, dirs, settings, launcher, on_mismatch=on_mismatch,
+                                  log=log, on_reply=on_reply)
+
+
+def _run_unit_ray_held(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettings,
+                       launcher: LauncherSettings, *, on_mismatch: str,
+                       log: Callable[[str], None] | None,
+                       on_reply: Callable[[ReplyRow], None] | None) -> list[ArmSummary]:
     from omegaconf import OmegaConf
 
     from adaspark.runs.conversation import plan_subset
