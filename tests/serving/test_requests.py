@@ -201,3 +201,19 @@ def test_json_depth_and_a_body_nested_too_deep():
             decode_body(raw)
         assert e.value.status == 400
     assert decode_body(b'{"messages": []}') == {"messages": []}
+
+
+@pytest.mark.parametrize("template,expected", [
+    # a template that inserts its own system prompt when the conversation has none (SmolLM2's)
+    ("{% for m in messages %}{% if loop.first and m.role != 'system' %}<s>system\nBe kind.</s>"
+     "{% endif %}<s>{{ m.role }}\n{{ m.content }}</s>{% endfor %}", "Be kind."),
+    # one that renders none
+    ("{% for m in messages %}<s>{{ m.role }}\n{{ m.content }}</s>{% endfor %}", None),
+    # one that drops system messages altogether
+    ("{% for m in messages if m.role != 'system' %}[{{ m.content }}]{% endfor %}", None),
+])
+def test_the_default_system_prompt_of_a_template(template, expected):
+    """Issue 34, item 16: ``generate system=`` said "" while the template's default was used."""
+    from adaspark.serving.chat import default_system_prompt
+
+    assert default_system_prompt(template) == expected
