@@ -121,7 +121,9 @@ def _allowed_words(tp: Any, meta: dict[str, Any]) -> str:
                          + _range_words(meta))
         elif typing.get_origin(a) in (list, tuple):
             rng = _range_words(meta)
-            words.append(_type_words(a) + (f", each{rng}" if rng else "") + _list_words(meta))
+            floats = float in typing.get_args(a)
+            words.append(_type_words(a) + (" (finite)" if floats else "")
+                         + (f", each{rng}" if rng else "") + _list_words(meta))
         else:
             words.append(_type_words(a))
     return " or ".join(words)
