@@ -143,3 +143,23 @@ def test_stage_with_a_missing_params_file(tmp_path):
                         str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "out")],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     _clear(p, 2, "nope.yaml does not exist", "adaspark config format=yaml")
+
+
+def test_run_refuses_a_key_at_the_wrong_level(tmp_path):
+    """Issue 34, item 6: ``exact=true`` silently ran the fast kernels; ``run.exact`` sets them."""
+    _clear(run_cli("run", *TINY, "run_arms=[ar]", "exact=true", f"out={tmp_path / 'o'}"), 2,
+           "did you mean run.exact=true?")
+    _clear(run_cli("generate", *TINY, "+foo=1"), 2, "foo is not a key of the config")
+    assert not (tmp_path / "o").exists()
+
+
+def test_generate_says_which_system_prompt_was_used():
+    """Issue 34, item 16: an empty ``system=`` renders the template's own system prompt."""
+    out = []
+    for system in ("system=", "system=Answer in French."):
+        p = run_cli("generate", "arm=ar", *TINY, "prompt=Hi", system, "max_tokens=1",
+                    "json=true")
+        assert p.returncode == 0, p.stderr[-2000:]
+        out.append(_last_json(p.stdout))
+    assert out[0]["system"] == "" and "SmolLM" in out[0]["system_used"]
+    assert out[1]["system_used"] == "Answer in French."

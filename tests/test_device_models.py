@@ -145,3 +145,41 @@ def test_each_reconstruction_gives_the_papers_table1_and_figure3_numbers(name):
             assert m.verify_s(n, c) * 1e3 == pytest.approx(float(r[col]), rel=0.04), (n, c)
     ratio = paper_values.paper_figure("fig3")["caption"]["T16_over_T2_at_1596"][m.paper_target]
     assert m.verify_s(16, 1596) / m.verify_s(2, 1596) == pytest.approx(ratio, rel=0.02)
+
+
+# -- issue 34, item 4 (and item 7's device coefficients) ---------------------------------------
+
+
+def test_a_device_model_is_identified_by_its_content_as_well_as_its_name(tmp_path):
+    """A copy of step-at-8 with every alpha zeroed was reported as ``step-at-8`` and replayed
+    into ``replay/<arm>@<the file's absolute path>/``."""
+    import yaml
+
+    from adaspark.replay.command import device_dir_name
+    from adaspark.replay.device import device_path
+    from adaspark.replay.prices import DevicePrices, RecordedPrices
+
+    real = load_device("step-at-8")
+    raw = yaml.safe_load(device_path("step-at-8").read_text())
+    raw["verify"]["alpha_ms"] = [0.0] * len(raw["verify"]["alpha_ms"])
+    f = tmp_path / "conf" / "step-at-8.yaml"
+    f.parent.mkdir()
+    f.write_text(yaml.safe_dump(raw))
+    fake = load_device(str(f))
+    assert fake.name == real.name == "step-at-8"
+    assert len(real.sha256) == 64 and fake.sha256 != real.sha256
+    assert fake.ident == f"step-at-8 (sha {fake.sha256[:8]})" != real.ident
+    assert load_device(str(device_path("step-at-8"))).sha256 == real.sha256
+    d = device_dir_name(str(f.resolve()), DevicePrices(fake))
+    assert d == f"step-at-8-{fake.sha256[:8]}" and "/" not in d
+    assert device_dir_name("step-at-8", DevicePrices(real)) == "step-at-8"
+    assert device_dir_name("recorded", RecordedPrices([])) == "recorded"
+    with pytest.raises(DeviceModelError, match="hash is computed from its content"):
+        device_from_mapping({**raw, "sha256": "0" * 64}, "t")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_coefficient_is_not_called_negative(value):
+    with pytest.raises(DeviceModelError, match=r"alpha_ms=\[10.0,(nan|inf),40.0\] is not "
+                                               r"allowed: .* a list of numbers \(finite\)"):
+        model(**{"verify.alpha_ms": [10.0, value, 40.0]})

@@ -55,8 +55,9 @@ def cmd_models(args: list[str]) -> int:
 def cmd_generate(args: list[str]) -> int:
     """Decode one prompt with ``arm=``; ``json=true`` prints a JSON object last."""
     from adaspark.decoding.generate import run_generate
-    from adaspark.schema import validate
+    from adaspark.schema import check_overrides, validate
 
+    check_overrides(args, "generate")
     cfg = compose(args)
     validate(cfg, command="generate")
     result = run_generate(cfg)
@@ -95,11 +96,12 @@ def cmd_device_source(args: list[str]) -> int:
 @command("config")
 def cmd_config(args: list[str]) -> int:
     """Print the composed config (``format=yaml``: as params.yaml), after checking it."""
-    from adaspark.schema import validate
+    from adaspark.schema import check_overrides, validate
 
     fmt = [a for a in args if a.startswith("format=")]
     if fmt and fmt[-1] not in ("format=yaml", "format=json"):
         raise ConfigError(f"{fmt[-1]} is not allowed: format must be yaml or json")
+    check_overrides([a for a in args if not a.startswith("format=")], "config")
     cfg = compose([a for a in args if not a.startswith("format=")])
     validate(cfg, command="config")
     if fmt and fmt[-1] == "format=yaml":
@@ -143,7 +145,7 @@ def cmd_run(args: list[str]) -> int:
 
     from adaspark.runs.run import compose_for_run, run_arms
     from adaspark.runs.settings import RunError, RunSettings
-    from adaspark.schema import validate
+    from adaspark.schema import check_overrides, validate
 
     out = Path("runs/adhoc")
     rest = []
@@ -159,6 +161,7 @@ def cmd_run(args: list[str]) -> int:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out} is a file, not a directory: name a directory for the "
                           "arms' run directories (it is created when missing)")
+    check_overrides(rest, "run")
     try:
         cfg = compose_for_run(rest)
         validate(cfg, command="run")

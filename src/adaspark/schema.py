@@ -18,6 +18,8 @@ Appendix B) and the statistics of the tables and figures (:class:`TablesOptions`
 
 from __future__ import annotations
 
+import itertools
+import math
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -30,14 +32,22 @@ from adaspark.config import ConfigError
 #: The smallest context a model may be given: llama.cpp caps its batch (and the rows that may
 #: carry logits) at the context asked for, and the widest verify is 64 rows plus the prompt.
 MIN_N_CTX = 128
+#: The widest verify (HARNESS "Widths"; ``adaspark.decoding.tree.MAX_ROWS_FAST``): no width a
+#: config names may exceed it.
+MAX_WIDTH = 64
 
 
-def spec(*, min: float | None = None, max: float | None = None,
-         choices: tuple[Any, ...] | None = None, default: Any = MISSING,
-         help: str | None = None) -> Any:
-    """A dataclass field with its allowed range (``min``/``max``, inclusive) or ``choices``, and
-    optionally a ``help`` line (for a command-line option built from the field)."""
-    meta = {k: v for k, v in (("min", min), ("max", max), ("choices", choices), ("help", help))
+def spec(*, min: float | None = None, max: float | None = None, gt: float | None = None,
+         lt: float | None = None, choices: tuple[Any, ...] | None = None,
+         increasing: Literal["strict", "weak"] | None = None, min_len: int | None = None,
+         default: Any = MISSING, help: str | None = None) -> Any:
+    """A dataclass field with its allowed range (``min``/``max`` inclusive, ``gt``/``lt``
+    exclusive; for a list, of every element) or ``choices``, for a list ``increasing``
+    (``strict``: each element above the one before; ``weak``: not below it) and ``min_len``,
+    and optionally a ``help`` line (for a command-line option built from the field)."""
+    meta = {k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("lt", lt),
+                              ("choices", choices), ("increasing", increasing),
+                              ("min_len", min_len), ("help", help))
             if v is not None}
     if default is MISSING:
         return field(metadata=meta)
@@ -76,13 +86,24 @@ def _type_words(tp: Any) -> str:
 
 def _range_words(meta: dict[str, Any]) -> str:
     lo, hi = meta.get("min"), meta.get("max")
+    gt, lt = meta.get("gt"), meta.get("lt")
     if lo is not None and hi is not None:
         return f" from {lo} to {hi}"
-    if lo is not None:
-        return f" >= {lo}"
-    if hi is not None:
-        return f" <= {hi}"
-    return ""
+    low = f" >= {lo}" if lo is not None else f" > {gt}" if gt is not None else ""
+    high = f" <= {hi}" if hi is not None else f" < {lt}" if lt is not None else ""
+    return f"{low} and{high}" if low and high else low + high
+
+
+def _list_words(meta: dict[str, Any]) -> str:
+    """What ``meta`` asks of a list beyond its elements' type and range."""
+    words = []
+    if meta.get("min_len"):
+        words.append(f"at least {meta['min_len']} long")
+    if meta.get("increasing") == "strict":
+        words.append("strictly increasing")
+    elif meta.get("increasing") == "weak":
+        words.append("in increasing order (low, high)")
+    return (", " + ", ".join(words)) if words else ""
 
 
 def _allowed_words(tp: Any, meta: dict[str, Any]) -> str:
@@ -96,7 +117,13 @@ def _allowed_words(tp: Any, meta: dict[str, Any]) -> str:
         if a is str and meta.get("choices") is not None:
             words.append("one of " + ", ".join(repr(c) for c in meta["choices"]))
         elif a in (int, float):
-            words.append(_type_words(a) + _range_words(meta))
+            words.append(_type_words(a) + (" (finite)" if a is float else "")
+                         + _range_words(meta))
+        elif typing.get_origin(a) in (list, tuple):
+            rng = _range_words(meta)
+            floats = float in typing.get_args(a)
+            words.append(_type_words(a) + (" (finite)" if floats else "")
+                         + (f", each{rng}" if rng else "") + _list_words(meta))
         else:
             words.append(_type_words(a))
     return " or ".join(words)
@@ -148,8 +175,33 @@ def _matches(value: Any, tp: Any) -> tuple[bool, Any]:
     raise TypeError(f"schema type {tp!r} is not supported")
 
 
+def _in_range(v: Any, meta: dict[str, Any]) -> bool:
+    """Whether the number ``v`` is finite and within ``meta``'s bounds (a non-number: True)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return True
+    if isinstance(v, float) and not math.isfinite(v):
+        return False
+    lo, hi, gt, lt = (meta.get(k) for k in ("min", "max", "gt", "lt"))
+    return not ((lo is not None and v < lo) or (hi is not None and v > hi)
+                or (gt is not None and v <= gt) or (lt is not None and v >= lt))
+
+
+def _list_ok(v: list[Any] | tuple[Any, ...], meta: dict[str, Any]) -> bool:
+    """Whether the list ``v`` is long enough, in order and every element within range."""
+    if len(v) < meta.get("min_len", 0) or not all(_in_range(x, meta) for x in v):
+        return False
+    order = meta.get("increasing")
+    pairs = list(itertools.pairwise(v))
+    if order == "strict":
+        return all(a < b for a, b in pairs)
+    if order == "weak":
+        return all(a <= b for a, b in pairs)
+    return True
+
+
 def check_value(key: str, value: Any, tp: Any, meta: dict[str, Any] | None = None) -> Any:
-    """``value`` checked against the type hint ``tp`` and the range or choices in ``meta``;
+    """``value`` checked against the type hint ``tp`` and the range or choices in ``meta``
+    (numbers must be finite; a list's range applies to each element);
     a :class:`ConfigError` naming ``key``, the value and what is allowed otherwise."""
     meta = meta or {}
     ok, v = _matches(value, tp)
@@ -157,10 +209,10 @@ def check_value(key: str, value: Any, tp: Any, meta: dict[str, Any] | None = Non
     allowed = _allowed_words(tp, meta)
     if ok and choices is not None and isinstance(v, str) and v not in choices:
         ok = False
-    if ok and isinstance(v, int | float) and not isinstance(v, bool):
-        lo, hi = meta.get("min"), meta.get("max")
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            ok = False
+    if ok and not _in_range(v, meta):
+        ok = False
+    if ok and isinstance(v, list | tuple) and not _list_ok(v, meta):
+        ok = False
     if not ok:
         raise ConfigError(f"{key}={_show(value)} is not allowed: {key} must be {allowed}")
     return v
@@ -173,6 +225,8 @@ def _show(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_show(x) for x in value) + "]"
     return str(value)
 
 
@@ -330,7 +384,7 @@ class ChainOptions:
 class PinnedOptions:
     """``width_rule: pinned``: a fixed row count."""
 
-    width: int = spec(min=1)
+    width: int = spec(min=1, max=MAX_WIDTH)
 
 
 @dataclass(frozen=True)
@@ -338,7 +392,8 @@ class AdaSparkOptions:
     """``width_rule: adaspark`` (§3): learned, kernel-class or pinned widths (a pinned width needs
     the anchor and at least one candidate)."""
 
-    width: int | str = spec(min=2, choices=("learned", "classes"), default="learned")
+    width: int | str = spec(min=2, max=MAX_WIDTH, choices=("learned", "classes"),
+                            default="learned")
     acceptance: Literal["fitted", "head"] = "fitted"
     ngram: bool = True
     offer_width1: bool = False
@@ -553,6 +608,10 @@ def validate(cfg: Any, *, command: str) -> None:
             arm_view(raw, a)  # an arm's own drafter is composed under drafters
     if "scheduler" in raw and raw["scheduler"] is not None:
         check_scheduler(raw["scheduler"])
+        for a in checked_arms:  # an arm's own `constants:` override the composed ones
+            constants = a.rule.get("constants") if a.width_rule == "adaspark" else None
+            if constants and isinstance(raw["scheduler"], dict):
+                check_scheduler(OmegaConf.merge(raw["scheduler"], constants))
     if "run" in raw and command in ("run", "config", "stage"):
         from adaspark.runs.settings import RunSettings
 
@@ -570,3 +629,143 @@ def validate(cfg: Any, *, command: str) -> None:
         LauncherSettings.from_config(raw)
     if raw.get("tables") is not None:
         check_group(TablesOptions, raw["tables"], "tables", extra="refuse", partial=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The keys a command's overrides may name (issue 34, item 6)
+
+
+#: The top-level keys (beyond the config groups) each command reads; a known key another
+#: command reads is refused with the key it probably meant (``adaspark run exact=true``:
+#: ``run.exact``). ``config`` prints the whole config and takes every key.
+COMMAND_KEYS: dict[str, tuple[type, ...] | None] = {
+    "generate": (GenerateOptions,),
+    "serve": (EngineOptions,),
+    "replay": (EngineOptions,),
+    "run": (),
+    "config": None,
+}
+#: Other top-level keys a command reads: a run its servers' threads, a replay ``json``.
+EXTRA_TOP_KEYS: dict[str, tuple[str, ...]] = {"run": ("threads",), "replay": ("json",)}
+
+
+def _top_keys(command: str) -> set[str]:
+    """The top-level option keys ``command`` reads (None in :data:`COMMAND_KEYS`: all)."""
+    classes = COMMAND_KEYS.get(command)
+    if classes is None:
+        return {f.name for c in (GenerateOptions, EngineOptions) for f in fields(c)}
+    keys = {f.name for c in classes for f in fields(c)}
+    return keys | set(EXTRA_TOP_KEYS.get(command, ()))
+
+
+def _group_schemas() -> dict[str, type]:
+    """The config groups whose keys a schema names (``arm``: every rule's keywords)."""
+    from adaspark.runs.cluster import LauncherSettings
+    from adaspark.runs.settings import RunSettings
+
+    return {"target": TargetConfig, "drafter": DrafterConfig, "run": RunSettings,
+            "launcher": LauncherSettings, "tables": TablesOptions, "arm": ArmConfig}
+
+
+def _group_fields(group: str) -> set[str]:
+    """The keys the group ``group`` may hold (an arm: the common keys and every rule's)."""
+    cls = _group_schemas()[group]
+    names = {f.name for f in fields(cls)}
+    if group == "arm":
+        names |= {f.name for c in RULE_OPTIONS.values() for f in fields(c)}
+    return names
+
+
+def _known_paths() -> list[str]:
+    """Every key path a schema names, dotted (for the key an override probably meant)."""
+    from adaspark.rules.adaspark.config import _SECTIONS
+
+    out = sorted(f.name for c in (GenerateOptions, EngineOptions) for f in fields(c))
+    out += sorted(f"{g}.{k}" for g in _group_schemas() for k in _group_fields(g))
+    out += sorted(f"scheduler.{s}.{f.name}" for s, c in _SECTIONS.items() for f in fields(c))
+    return list(dict.fromkeys(out))
+
+
+def _config_top_keys() -> set[str]:
+    """The top-level keys a composed config may hold: the config groups (folders of
+    ``conf/``), the mappings arms and drafters are composed into, and the keys of
+    ``conf/config.yaml`` and of every preset."""
+    from adaspark import paths
+
+    conf = paths.conf_dir()
+    keys = {d.name for d in conf.iterdir() if d.is_dir()} | {"arms", "drafters", "hydra"}
+    for f in [conf / "config.yaml", *sorted((conf / "preset").glob("*.yaml"))]:
+        keys |= {str(k) for k in (OmegaConf.load(f) or {}) if k != "defaults"}
+    return keys
+
+
+def _probably(key: str, candidates: list[str]) -> str | None:
+    """The key of ``candidates`` that ``key`` probably meant: the one with the same last
+    part, else the closest spelling."""
+    import difflib
+
+    leaf = key.rsplit(".", 1)[-1]
+    same = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf and c != key]
+    if same:
+        return same[0]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    leaves = {c.rsplit(".", 1)[-1]: c for c in candidates}
+    close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.75)
+    return leaves[close[0]] if close else None
+
+
+def _meant(key: str, value: str, candidates: list[str]) -> str:
+    best = _probably(key, candidates)
+    return f"; did you mean {best}={value}?" if best else ""
+
+
+def _nested_unknown(path: list[str]) -> bool:
+    """Whether the dotted ``path`` (below a config group) names a key no schema knows."""
+    from adaspark.rules.adaspark.config import _SECTIONS
+
+    head, rest = path[0], path[1:]
+    if head in ("arms", "drafters"):  # arms.<name>.<key>, drafters.<name>.<key>
+        head, rest = ("arm" if head == "arms" else "drafter"), rest[1:]
+    if not rest:
+        return False
+    if head == "scheduler":
+        section = _SECTIONS.get(rest[0])
+        return section is None or (len(rest) > 1
+                                   and rest[1] not in {f.name for f in fields(section)})
+    if head not in _group_schemas():
+        return False
+    return rest[0] not in _group_fields(head)  # deeper keys belong to a mapping field
+
+
+def check_overrides(args: list[str], command: str) -> None:
+    """Refuse an override whose key no part of the composed config's schema knows (``+foo=1``,
+    ``run.cpa=16``), or a known top-level key ``command`` does not read (``adaspark run
+    exact=true``, which only ``run.exact`` sets), naming the key it probably meant. The config
+    groups (``target=``, ``drafter=``, ``arm=``, ...) are taken by every command."""
+    top = _config_top_keys()
+    reads = _top_keys(command)
+    paths = _known_paths()
+    readable = [p for p in paths if "." in p or p in reads]
+    for a in args:
+        key, eq, value = a.partition("=")
+        if not eq:
+            continue  # compose says it is not key=value
+        key = key.lstrip("+~")
+        if "@" in key:  # a group picked into a package (+arm@arms.x=x)
+            continue
+        parts = key.split(".")
+        head = parts[0]
+        if head not in top:
+            raise ConfigError(f"{key} is not a key of the config (conf/config.yaml and its "
+                              f"groups){_meant(key, value, readable)}")
+        if len(parts) > 1 and _nested_unknown(parts):
+            raise ConfigError(f"{key} is not a key of the {head} group"
+                              f"{_meant(key, value, readable)}")
+        if len(parts) == 1 and head in _top_keys("config") and head not in reads:
+            takes = ", ".join(sorted(reads)) or "none"
+            raise ConfigError(f"adaspark {command} does not read the top-level key {key} "
+                              f"({a} would change nothing){_meant(key, value, readable)} "
+                              f"(its top-level keys: {takes}; and the config groups: run.cap, "
+                              "target=, arm=, ...)")

@@ -234,6 +234,47 @@ def test_command_writes_an_oracle_and_refuses_bad_input(tmp_path):
     assert p.returncode == 1 and "[30] outside the target's layer inputs 0..29" in p.stderr
 
 
+@pytest.mark.parametrize("words,shown", [
+    (["layers="], "layers=''"),
+    (["block=0"], "block=0 is not allowed"),
+    (["rank=0"], "rank=0 is not allowed"),
+    (["n_layers=0"], "n_layers=0 is not allowed"),
+    (["block=1024"], f"block must be an integer from 1 to {dsf.MAX_BLOCK_SIZE}"),
+])
+def test_command_refuses_bad_shapes_with_exit_2(tmp_path, capsys, words, shown):
+    """Issue 34, items 9 and 15: an empty ``layers=``, a block or a rank of 0 and a block the
+    engine cannot hold are configuration errors (exit 2), nothing written."""
+    from adaspark.cli import main
+
+    out = tmp_path / "r.gguf"
+    assert main(["dspark-file", "kind=random", "target=tiny", f"out={out}", *words]) == 2
+    err = capsys.readouterr().err
+    assert shown in err and "Traceback" not in err and not out.exists()
+
+
+def test_command_refuses_a_directory_as_out(tmp_path, capsys):
+    from adaspark.cli import main
+
+    assert main(["dspark-file", "kind=random", "target=tiny", f"out={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert f"out={tmp_path} is a directory" in err and "Traceback" not in err
+
+
+def test_a_block_the_engine_cannot_hold_is_refused_at_writing_and_at_loading(files, tmp_path,
+                                                                            tiny_path):
+    """Issue 34, item 9: a block of 1024 positions aborted the process when loaded
+    (``GGML_ASSERT(obj_new)``): the writer refuses it, and so does every loader."""
+    too_long = dsf.MAX_BLOCK_SIZE + 1
+    with pytest.raises(dsf.DSparkFileError, match=f"block={too_long}: .* 1 to "
+                                                   f"{dsf.MAX_BLOCK_SIZE} positions"):
+        dsf.write_random(tiny_path, tmp_path / "long.gguf",
+                         shape=dsf.DrafterShape(block_size=too_long))
+    p = rewrite(files.random, tmp_path / "long.gguf", fields={dsf.KEY_BLOCK_SIZE: 1024})
+    with pytest.raises(dsf.DSparkFileError, match=r"dflash.block_size=1024: .* 1 to "
+                                                  f"{dsf.MAX_BLOCK_SIZE} positions"):
+        dsf.check_dspark_file(p, tiny_path)
+
+
 # ---------------------------------------------------------------------------------------------
 # llama-server's own draft-dspark loop on the files
 

@@ -41,6 +41,31 @@ def test_a_prompt_two_stores_need_is_made_once_to_the_longer_need(tmp_path: Path
     assert len(stores[1].get(p).next) == 9 and stores[1].get(q) is None
 
 
+def test_a_label_file_swapped_with_another_prompts_is_refused(tmp_path: Path) -> None:
+    """Issue 34, item 3: swapping two prompts' label files went unnoticed under a device
+    model (20 rounds at 33.6 tok/s where the true figures are 23 and 29.9)."""
+    from adaspark.replay.labels import LabelsError, write_labels
+
+    store = LabelStore(tmp_path / "a", IDENTITY)
+    p, q = [1, 2, 3], [7, 8]
+    store.put(synthetic(p, 4, 3))
+    store.put(synthetic(q, 4, 3))
+    fp, fq = store.path(p), store.path(q)
+    tmp = tmp_path / "swap"
+    fp.rename(tmp)
+    fq.rename(fp)
+    tmp.rename(fq)
+    with pytest.raises(LabelsError, match=f"{fp} holds the labels of another prompt "
+                                          f"\\(sha256 {prompt_key(q)}, not {prompt_key(p)}\\)"):
+        store.get(p)
+    # a file made for another target or drafter than its directory's meta.json
+    write_labels(store.path(p), synthetic(p, 4, 3), {**IDENTITY, "drafter_sha256": "e"})
+    with pytest.raises(LabelsError, match="labelled with another target, drafter or build"):
+        store.get(p)
+    store.put(synthetic(p, 4, 3))
+    assert len(store.get(p).next) == 4
+
+
 def test_a_resumed_pass_labels_only_the_store_that_lacks_the_prompt(tmp_path: Path) -> None:
     a, b = LabelStore(tmp_path / "a", IDENTITY), LabelStore(tmp_path / "b", IDENTITY)
     p = [4, 5, 6]

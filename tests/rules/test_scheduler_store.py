@@ -90,3 +90,15 @@ def test_the_store_is_json_and_refuses_another_arm(tmp_path: Path) -> None:
     other = AdaSparkRule(store=str(store), width="classes")
     with pytest.raises(ValueError, match="store was written"):
         Simulator(ENV).run(other, range(1), [400], 50)
+
+
+@pytest.mark.parametrize("text", ['{"version": 1, "table": "unterminated', "[1, 2]", "\udcff"])
+def test_a_damaged_store_is_refused_naming_the_file(tmp_path: Path, text: str) -> None:
+    """Issue 34, item 13: a corrupt store was a bare ``JSONDecodeError`` naming no file."""
+    from adaspark.rules.adaspark.store import load_store
+
+    p = tmp_path / "store.json"
+    p.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(ValueError, match=f"store {p} .*move it aside") as e:
+        load_store(p)
+    assert not isinstance(e.value, json.JSONDecodeError)

@@ -69,3 +69,27 @@ def test_sharded_results_are_labelled():
     assert note is not None and note.startswith("SHARDED") and "a (2 nodes)" in note
     assert sharding_note(df.assign(node="local-x")) is None
     assert sharding_note(df.drop(columns="node")) is None
+
+
+def test_a_cluster_address_where_nothing_listens_fails_naming_it_and_what_to_start():
+    """Issue 34, item 8: ``launcher.address=127.0.0.1:59999`` with nothing listening retried
+    for ever (no message after 500 s)."""
+    import socket
+
+    from adaspark.config import ConfigError
+    from adaspark.runs.cluster import check_reachable
+    from adaspark.runs.settings import RunError
+
+    with socket.socket() as s:  # a port that was free a moment ago, nothing listening now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(RunError, match=rf"{address}.*ray start --head --port={port}.*"
+                                           r"launcher\.address=null"):
+            check_reachable(address, timeout_s=5)
+    with socket.socket() as s:  # something listening: accepted
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_reachable(f"127.0.0.1:{s.getsockname()[1]}", timeout_s=5)
+    with pytest.raises(ConfigError, match="is not host:port"):
+        check_reachable("nowhere", timeout_s=5)

@@ -166,3 +166,61 @@ def test_a_prompt_over_an_unpadded_n_ctx_is_a_400_not_an_abort(tmp_path):
         assert proc.alive()
         with ChatClient(proc.url) as c:
             assert c.chat(MESSAGES, max_tokens=2).completion_tokens == 2
+
+
+# -- issue 34: items 5, 10, 11 and 12 ---------------------------------------------------------
+
+
+def test_a_json_body_nested_too_deep_is_a_400(ours):
+    """Item 12: 100,000 nested arrays were a plain-text 500 (a RecursionError)."""
+    url = f"{ours.url}/v1/chat/completions"
+    for raw in (b"[" * 100_000 + b"]" * 100_000,
+                b'{"messages": ' + b"[" * 200 + b"]" * 200 + b"}"):
+        r = httpx.post(url, content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 400, r.text
+        assert "levels deep" in r.json()["error"]["message"]
+    with ChatClient(ours.url) as c:
+        assert c.chat(MESSAGES, max_tokens=2).completion_tokens == 2
+
+
+def test_a_null_max_completion_tokens_leaves_max_tokens(ours):
+    """Item 5: ``"max_completion_tokens": null`` cancelled ``"max_tokens": 3``."""
+    r = httpx.post(f"{ours.url}/v1/chat/completions", timeout=60, json={
+        "messages": MESSAGES, "max_tokens": 3, "max_completion_tokens": None})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+
+
+def test_a_non_streamed_client_that_leaves_stops_the_decode(ours):
+    """Item 10: the decode went on to its cap, every other request answered 503 meanwhile."""
+    url = f"{ours.url}/v1/chat/completions"
+    body = {"messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+            "max_tokens": 4000}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json=body, timeout=httpx.Timeout(60, read=1.0))
+    t0 = time.monotonic()
+    while httpx.get(f"{ours.url}/health").json()["busy"]:
+        assert time.monotonic() - t0 < 10, "the abandoned decode did not stop"
+        time.sleep(0.05)
+    with ChatClient(ours.url) as c:
+        assert c.chat(MESSAGES, max_tokens=2).completion_tokens == 2
+
+
+def test_a_prompt_over_the_drafters_context_is_a_400(tmp_path):
+    """Item 11: a prompt that fits the target but not the drafter was a 500 ("no KV slot")."""
+    import sys
+
+    from adaspark.serving.llama_server import ServerProcess, clean_env
+    from adaspark.serving.main import free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", "adaspark.cli", "serve", "arm=chain3", "target=tiny",
+            "drafter=tiny-truncated", "target.n_ctx=1024", "drafter.n_ctx=256", "exact=false",
+            f"port={port}", "warmup=false", f"store={tmp_path / 'store'}"]
+    with ServerProcess(argv, port=port, log_path=tmp_path / "server.log", env=clean_env(),
+                       startup_timeout_s=120) as proc:
+        r = httpx.post(f"{proc.url}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "word " * 300}], "max_tokens": 4})
+        assert r.status_code == 400, r.text
+        msg = r.json()["error"]["message"]
+        assert "does not fit the drafter's context of 256 tokens" in msg and "drafter.n_ctx" in msg
+        assert proc.alive()

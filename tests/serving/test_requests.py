@@ -35,6 +35,11 @@ MSG = [{"role": "user", "content": "hi"}]
     ({"messages": MSG, "tools": [{"type": "function", "function": {}}]}, "tools"),
     ({"messages": MSG, "tool_choice": "required"}, "tool_choice"),
     ({"messages": MSG, "stop": ["\n"]}, "stop"),
+    ({"messages": MSG, "max_completion_tokens": 0}, "max_completion_tokens"),
+    ({"messages": MSG, "max_tokens": 3, "max_completion_tokens": "8"}, "max_completion_tokens"),
+    ({"messages": MSG, "temperature": float("nan")}, "temperature"),
+    ({"messages": MSG, "temperature": -1}, "temperature"),
+    ({"messages": MSG, "temperature": float("-inf")}, "temperature"),
 ])
 def test_bad_requests_name_the_field(body, field):
     with pytest.raises(RequestError) as e:
@@ -48,6 +53,19 @@ def test_good_request_and_text_parts():
                                                                  {"type": "text", "text": "b"}]}],
                        "stream": True, "max_tokens": 5, "temperature": 0, "model": "x"})
     assert r.messages[0]["content"] == "ab" and r.stream and r.max_tokens == 5
+
+
+@pytest.mark.parametrize("caps,expected", [
+    ({"max_tokens": 3, "max_completion_tokens": None}, 3),
+    ({"max_tokens": None, "max_completion_tokens": 4}, 4),
+    ({"max_tokens": 3, "max_completion_tokens": 9}, 3),
+    ({"max_tokens": 9, "max_completion_tokens": 3}, 3),
+    ({"max_tokens": None, "max_completion_tokens": None}, None),
+    ({}, None),
+])
+def test_a_null_cap_is_not_given_and_the_smaller_cap_applies(caps, expected):
+    """Issue 34 item 5: ``"max_completion_tokens": null`` does not cancel ``"max_tokens": 3``."""
+    assert parse_request({"messages": MSG, **caps}).max_tokens == expected
 
 
 def test_merge_deltas_joins_one_tokens_fragments():
@@ -169,3 +187,33 @@ def test_a_damaged_run_file_is_named(tmp_path, name, data):
         store.fingerprint_check({"run": {"cap": 8}})
         store.rows()
     assert str(tmp_path / "arm" / name) in str(e.value) and "Delete" in str(e.value)
+
+
+def test_json_depth_and_a_body_nested_too_deep():
+    """Issue 34, item 12: the depth is measured without recursion; a body too deep is a 400."""
+    from adaspark.serving.requests import MAX_JSON_DEPTH, decode_body, json_depth
+
+    assert json_depth(3) == 0 and json_depth([]) == 1 and json_depth({"a": [[1]]}) == 3
+    assert json_depth(json.loads("[" * 500 + "]" * 500)) > MAX_JSON_DEPTH
+    for raw in (b"[" * 100_000 + b"]" * 100_000, b"[" * (MAX_JSON_DEPTH + 1) + b"]" *
+                (MAX_JSON_DEPTH + 1)):
+        with pytest.raises(RequestError, match="levels deep") as e:
+            decode_body(raw)
+        assert e.value.status == 400
+    assert decode_body(b'{"messages": []}') == {"messages": []}
+
+
+@pytest.mark.parametrize("template,expected", [
+    # a template that inserts its own system prompt when the conversation has none (SmolLM2's)
+    ("{% for m in messages %}{% if loop.first and m.role != 'system' %}<s>system\nBe kind.</s>"
+     "{% endif %}<s>{{ m.role }}\n{{ m.content }}</s>{% endfor %}", "Be kind."),
+    # one that renders none
+    ("{% for m in messages %}<s>{{ m.role }}\n{{ m.content }}</s>{% endfor %}", None),
+    # one that drops system messages altogether
+    ("{% for m in messages if m.role != 'system' %}[{{ m.content }}]{% endfor %}", None),
+])
+def test_the_default_system_prompt_of_a_template(template, expected):
+    """Issue 34, item 16: ``generate system=`` said "" while the template's default was used."""
+    from adaspark.serving.chat import default_system_prompt
+
+    assert default_system_prompt(template) == expected

@@ -45,6 +45,17 @@ def prompt_tokens(model: Model, cfg: DictConfig) -> list[int]:
     return model.tokenize(text, add_special=True, parse_special=False)
 
 
+def system_used(model: Model, cfg: DictConfig) -> str | None:
+    """The system prompt the prompt was rendered with: ``system=`` when it is not empty, else
+    the chat template's own default (None: none, or ``chat=false``)."""
+    if not cfg.chat:
+        return None
+    if cfg.system:
+        return str(cfg.system)
+    template = model.chat_template()
+    return None if template is None else chat.default_system_prompt(template)
+
+
 def compare_greedy(spec: list[int], greedy: Generation, *, exact: bool,
                    prompt_len: int) -> list[Difference]:
     """Differences between a speculative stream and plain greedy decoding. Once the streams part
@@ -89,6 +100,7 @@ def run_generate(cfg: DictConfig) -> dict[str, Any]:
             "exact": exact,
             "prompt": str(cfg.prompt),  # exactly as received (free text is verbatim)
             "system": None if cfg.system is None else str(cfg.system),
+            "system_used": system_used(target, cfg),
             "prompt_tokens": len(prompt),
             "tokens": len(gen.tokens),
             "rounds": gen.rounds,

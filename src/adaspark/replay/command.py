@@ -117,6 +117,18 @@ def _check_models(traces: list[RequestTrace], models: dict[str, Any], parts: tup
                               f"replay with the {part} the run used (its trace meta names it)")
 
 
+def device_dir_name(device: str, pricer: Pricer) -> str:
+    """A safe directory name for a replay's default output: a name of ``conf/device/`` (or
+    ``recorded``) as it is; a file or a survey by the model's name and content hash, so that two
+    files of one ``name:`` never share a directory."""
+    import re
+
+    if re.fullmatch(r"[A-Za-z0-9._-]+", device) and not device.endswith((".yaml", ".yml")):
+        return device
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", pricer.name).strip("._") or "device"
+    return f"{safe}-{pricer.sha256[:8]}" if pricer.sha256 else safe
+
+
 def pricer_for(device: str, traces: list[RequestTrace]) -> Pricer:
     """``recorded``, ``survey:PATH`` (a survey's verify law with the run's own median D and host
     time per round: ``cpu-measured`` when the survey and the run are this machine's) or a
@@ -348,12 +360,13 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     """``adaspark replay ...``: the arguments, the composed config, then :func:`replay_arm`."""
-    from adaspark.schema import check_arm, validate
+    from adaspark.schema import check_arm, check_overrides, validate
 
     mine, rest = _split(args, ("run_dir", "device", "out", "replies_of", "labels"))
     if "run_dir" not in mine:
         raise ConfigError("replay needs run_dir=DIR: a run made with run.exact=true "
                           "run.round_log=true")
+    check_overrides(rest, "replay")
     cfg = compose(rest)
     validate(cfg, command="replay")
     arm = check_arm(cfg.arm, "arm")
@@ -393,10 +406,10 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
                   for t in traces]
     arm_dir = trace_dir.parent
     base = arm_dir.parent if arm_dir != run_dir else run_dir
-    out_dir = out or base / "replay" / f"{arm.name}@{device}"
     label_root = labels or base / "labels"
     meta0 = traces[0].meta
     pricer = pricer_for(device, traces)
+    out_dir = out or base / "replay" / f"{arm.name}@{device_dir_name(device, pricer)}"
     max_rows = int(meta0["max_rows"])
     if isinstance(pricer, DevicePrices):
         max_rows = min(pricer.model.max_rows, max_rows)
@@ -429,7 +442,8 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
             seq=r.seq, request_id=r.request_id, prompt=list(t.prompt), tokens=r.tokens,
             max_tokens=t.max_tokens, stop=r.stop, exact=True, rounds=r.rounds,
             meta={"replay": True, "device": pricer.name, "device_label": pricer.label,
-                  "arm": str(arm.name), "run_dir": str(run_dir)}))
+                  "device_sha256": pricer.sha256, "arm": str(arm.name),
+                  "run_dir": str(run_dir)}))
     rows = replay_rows(arm_dir, str(arm.name), replies, pricer)
     if rows is not None:
         import pyarrow as pa
@@ -442,7 +456,8 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
     secs = sum(r.decode_s for r in replies)
     result: dict[str, Any] = {
         "arm": str(arm.name), "device": pricer.name, "device_label": pricer.label,
-        "replay": True, "run_dir": str(run_dir), "replies_of": source, "out": str(out_dir),
+        "device_sha256": pricer.sha256, "replay": True, "run_dir": str(run_dir),
+        "replies_of": source, "out": str(out_dir),
         "replies": len(replies), "tokens": n_tok,
         "rounds": sum(len(r.rounds) for r in replies),
         "tokens_per_round": n_tok / max(1, sum(len(r.rounds) for r in replies)),
@@ -491,7 +506,8 @@ def replay_rows(arm_dir: Path, arm: str, replies: list[ReplayedReply], pricer: P
             "prompt_tokens": int(rec["prompt_tokens"]), "decode_s": r.decode_s,
             "rounds": len(r.rounds),
             "timings": json.dumps({"rule_summary": r.summary}, default=_plain),
-            "replay": True, "device": pricer.name, "device_label": pricer.label})
+            "replay": True, "device": pricer.name, "device_label": pricer.label,
+            "device_sha256": pricer.sha256})
     return pd.DataFrame(out)
 
 
@@ -514,7 +530,9 @@ def replay_main(args: list[str]) -> int:
 
 
 def summary_text(r: dict[str, Any]) -> str:
-    lines = [f"replay of arm {r['arm']} under device model {r['device']} ({r['device_label']}):",
+    sha = f", sha {r['device_sha256'][:8]}" if r.get("device_sha256") else ""
+    lines = [f"replay of arm {r['arm']} under device model {r['device']} ({r['device_label']}"
+             f"{sha}):",
              f"  {r['replies']} replies, {r['tokens']} tokens in {r['rounds']} rounds "
              f"({r['tokens_per_round']:.2f} per round); accepted {r['accepted']} of "
              f"{r['drafted']} drafted rows",

@@ -73,6 +73,14 @@ class DeviceModel:
     paper_target: str | None = None
     noise: Noise = field(default_factory=Noise)
     sources: dict[str, str] = field(default_factory=dict)
+    #: The model's content hash (:func:`content_sha256`): two files with one ``name:`` and other
+    #: numbers are told apart wherever the name is shown.
+    sha256: str = ""
+
+    @property
+    def ident(self) -> str:
+        """The name with the content hash beside it (``step-at-8 (sha 1a2b3c4d)``)."""
+        return f"{self.name} (sha {self.sha256[:8]})" if self.sha256 else self.name
 
     @property
     def max_rows(self) -> int:
@@ -140,7 +148,11 @@ def _check_classes(raw: Any, where: str) -> VerifyClasses:
                                "1 and strictly increasing")
     for key in ("alpha_ms", "beta_ms_per_1k"):
         for k, x in enumerate(getattr(v, key)):
-            if not math.isfinite(x) or x < 0:
+            if not math.isfinite(x):
+                raise DeviceModelError(
+                    f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time must be a "
+                    "finite number of milliseconds (>= 0)")
+            if x < 0:
                 raise DeviceModelError(
                     f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time cannot be "
                     "negative; a source that reports a negative slope gives 0 here, and the "
@@ -170,6 +182,9 @@ def _device(raw: Any, where: str) -> DeviceModel:
             raise DeviceModelError(f"{where}.{key} is missing: a device model names its label, "
                                    "its verify classes, the drafter's draft_ms and the host_ms "
                                    "per round (0 where the device has none)")
+    if "sha256" in raw:
+        raise DeviceModelError(f"{where}.sha256 is set in the file: a device model's hash is "
+                               "computed from its content; remove the key")
     top = check_group(DeviceModel, {k: v for k, v in raw.items() if k not in ("verify", "noise")},
                       where, extra="refuse", partial=True)
     if top["label"] not in LABELS:
@@ -183,7 +198,17 @@ def _device(raw: Any, where: str) -> DeviceModel:
         verify=_check_classes(raw["verify"], f"{where}.verify"),
         draft_ms=float(top["draft_ms"]), host_ms=float(top["host_ms"]),
         description=top.get("description"), paper_target=top.get("paper_target"), noise=noise,
-        sources={str(k): str(v) for k, v in (top.get("sources") or {}).items()})
+        sources={str(k): str(v) for k, v in (top.get("sources") or {}).items()},
+        sha256=content_sha256(raw))
+
+
+def content_sha256(raw: Any) -> str:
+    """The sha256 of a device model's mapping (keys sorted, as JSON): its identity beside its
+    ``name:``, the same for the same numbers whatever the file's layout or comments."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def device_path(name_or_path: str) -> Path:

@@ -142,7 +142,9 @@ class PromptLabels:
 # -- storage ---------------------------------------------------------------------------------
 
 
-def write_labels(path: Path, lab: PromptLabels) -> Path:
+def write_labels(path: Path, lab: PromptLabels, identity: dict[str, Any] | None = None) -> Path:
+    """One prompt's labels; the file records the prompt (tokens and hash) and the ``identity``
+    (target, drafter, build) it was made for, which :meth:`LabelStore.get` checks."""
     n = len(lab.next)
     B = lab.blocks.shape[1] if lab.blocks.ndim == 3 else 0
     table = pa.table({
@@ -155,9 +157,21 @@ def write_labels(path: Path, lab: PromptLabels) -> Path:
         "confidence": [lab.confidence[i].tolist() for i in range(n)] if B else [[]] * n,
     }, schema=SCHEMA)
     shape = [int(x) for x in lab.blocks.shape[1:]] if B else [0, 0]
-    head = {"prompt": [int(t) for t in lab.prompt], "block_shape": shape}
+    head = {"prompt": [int(t) for t in lab.prompt], "block_shape": shape,
+            "prompt_sha256": prompt_key(lab.prompt),
+            "identity": None if identity is None else json.loads(json.dumps(identity,
+                                                                            default=str))}
     return io.write_parquet(path, table.replace_schema_metadata(
         {_META_KEY: json.dumps(head).encode()}))
+
+
+def label_head(path: Path) -> dict[str, Any]:
+    """A labels file's record of what it was made for (prompt, its hash, identity, shape)."""
+    raw = (pq.read_schema(path).metadata or {}).get(_META_KEY)
+    if raw is None:
+        raise LabelsError(f"{path} is not a labels file of this version: remove it and label "
+                          "again")
+    return json.loads(raw)  # type: ignore[no-any-return]
 
 
 def read_labels(path: Path) -> PromptLabels:
@@ -210,15 +224,31 @@ class LabelStore:
         return self.dir / f"{prompt_key(prompt)}.parquet"
 
     def get(self, prompt: list[int]) -> PromptLabels | None:
+        """The prompt's labels, or None; a file made for another prompt (a file renamed or
+        swapped) or another identity is refused, naming it."""
         p = self.path(prompt)
-        return read_labels(p) if p.is_file() else None
+        if not p.is_file():
+            return None
+        head = label_head(p)
+        want = prompt_key(prompt)
+        made_for = head.get("prompt_sha256") or prompt_key(head.get("prompt") or [])
+        if made_for != want or [int(t) for t in head.get("prompt") or []] != list(map(int,
+                                                                                     prompt)):
+            raise LabelsError(f"{p} holds the labels of another prompt (sha256 {made_for}, "
+                              f"not {want}): label files are named by their prompt; remove it "
+                              "and label again")
+        mine = json.loads(json.dumps(self.identity, default=str))
+        if head.get("identity") is not None and head["identity"] != mine:
+            raise LabelsError(f"{p} was labelled with another target, drafter or build than "
+                              f"its directory's {META_FILE}: remove it and label again")
+        return read_labels(p)
 
     def put(self, lab: PromptLabels) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         meta = self.dir / META_FILE
         if not meta.is_file():
             io.write_json(meta, self.identity)
-        write_labels(self.path(lab.prompt), lab)
+        write_labels(self.path(lab.prompt), lab, self.identity)
 
 
 # -- labelling on the engine -----------------------------------------------------------------

@@ -35,6 +35,8 @@ class Pricer(Protocol):
     name: str
     #: ``measured`` | ``reconstructed`` | ``synthetic`` | ``recorded``.
     label: str
+    #: The device model's content hash ("" for the recorded times).
+    sha256: str
 
     def begin_request(self, seq: int) -> None: ...
 
@@ -52,6 +54,7 @@ class RecordedPrices:
 
     name = "recorded"
     label = "recorded"
+    sha256 = ""
 
     def __init__(self, traces: list[RequestTrace]) -> None:
         self.by_seq = {t.seq: t for t in traces}
@@ -82,6 +85,7 @@ class DevicePrices:
         self.model = model
         self.name = model.name
         self.label = model.label
+        self.sha256 = model.sha256
         self.noise = model.noise_source()
 
     def begin_request(self, seq: int) -> None:

@@ -126,11 +126,39 @@ def ray_cluster(launcher: LauncherSettings, log: Callable[[str], None]) -> Itera
             _SESSION.pop()
 
 
+#: How long a cluster's address may take to accept a connection before the run gives up.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, within ``timeout_s``, a cluster address (``host:port`` or ``ray://host:port``)
+    where nothing accepts a connection: Ray itself retries such an address without end."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        if address in ("auto", "local"):
+            return
+        raise ConfigError(f"launcher.address={address!r} is not host:port or ray://host:port "
+                          "(e.g. 10.0.0.5:6379 or ray://10.0.0.5:10001)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise RunError(f"nothing accepts connections at the Ray cluster address {address} "
+                       f"({e}; tried for up to {timeout_s:.0f} s): start the cluster there "
+                       f"(`ray start --head --port={port}` on {host or 'that machine'}, then "
+                       "`ray start --address=...` on each node), or set launcher.address=null "
+                       "to start a local cluster") from None
+
+
 @contextmanager
 def _connected(launcher: LauncherSettings, log: Callable[[str], None]) -> Iterator[str]:
     import ray
 
     if launcher.address:
+        check_reachable(launcher.address)
         ray.init(address=launcher.address, log_to_driver=False)
         try:
             yield launcher.address
@@ -214,7 +242,23 @@ def run_unit_ray(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSe
                  launcher: LauncherSettings, *, on_mismatch: str = "refuse",
                  log: Callable[[str], None] | None = None,
                  on_reply: Callable[[ReplyRow], None] | None = None) -> list[ArmSummary]:
-    """:func:`adaspark.runs.run.run_unit` over a Ray cluster (see the module docstring)."""
+    """:func:`adaspark.runs.run.run_unit` over a Ray cluster (see the module docstring); the
+    driver holds each run directory's lock (:class:`~adaspark.runs.store.RunLock`) throughout."""
+    from contextlib import ExitStack
+
+    from adaspark.runs.store import RunLock
+
+    with ExitStack() as held:
+        for d in dirs.values():
+            held.enter_context(RunLock(Path(d)))
+        return _run_unit_ray_held(cfg, unit, dirs, settings, launcher, on_mismatch=on_mismatch,
+                                  log=log, on_reply=on_reply)
+
+
+def _run_unit_ray_held(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettings,
+                       launcher: LauncherSettings, *, on_mismatch: str,
+                       log: Callable[[str], None] | None,
+                       on_reply: Callable[[ReplyRow], None] | None) -> list[ArmSummary]:
     from omegaconf import OmegaConf
 
     from adaspark.runs.conversation import plan_subset

@@ -37,7 +37,6 @@ kernels). Rows a resumed run made carry ``after_resume = 1``; the check stage co
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 import traceback
@@ -71,7 +70,14 @@ from adaspark.runs.settings import (
     RunSettings,
     arm_config,
 )
-from adaspark.runs.store import CRASH_FILE, SUMMARY_FILE, ResultStore, write_run_json
+from adaspark.runs.store import (
+    CRASH_FILE,
+    SUMMARY_FILE,
+    ResultStore,
+    RunLock,
+    clear_run_dir,
+    write_run_json,
+)
 from adaspark.schema import ArmConfig
 from adaspark.serving.client import ChatClient, ServerReplyError
 from adaspark.testset import SetFile, load_checked_sets
@@ -174,11 +180,12 @@ def _open_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings,
     fp = fingerprint(cfg, arm, settings, plan, order)
     try:
         digest = store.fingerprint_check(fp)
+        store.check_rows(store.rows(), entry.entry, digest)  # rows another run made
     except RunMismatchError as e:
         if on_mismatch == "refuse":
             raise
         print(f"run {entry.entry}: starting over. {e}", file=sys.stderr)
-        shutil.rmtree(out_dir)
+        clear_run_dir(out_dir)  # its lock stays held
         digest = store.fingerprint_check(fp)
     done = {(r["set"], r["conversation"], r["turn"], r["reply"]): r
             for r in [*(prior or []), *store.rows()]}
@@ -227,35 +234,38 @@ def run_unit(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettin
     plan = plan_subset(sets, settings.subset)
     if only is not None:
         plan = [p for p in plan if (p.set_name, p.conversation.name) in only]
-    arms = [_open_arm(cfg, e, dirs[e], settings, plan, unit, on_mismatch,
-                      prior=(prior or {}).get(e)) for e in unit.entries]
-    active = [a for a in arms if a.pending]
-    own_view = view is None
-    view = view or ProgressView()
-    for a in active:
-        (a.out_dir / CRASH_FILE).unlink(missing_ok=True)
-    try:
-        with view if own_view else _nullcontext():
-            for a in arms:
-                view.arm(a.entry.entry, a.n_expected, a.n_expected -
-                         sum(p.n_timed for p in a.pending.values()))
-            if active:
-                _serve(cfg, unit, active, plan, settings, view, on_reply)
-    except BaseException as e:
+    with ExitStack() as held:  # one writer per run directory, for the run's life
+        for d in dirs.values():
+            held.enter_context(RunLock(d))
+        arms = [_open_arm(cfg, e, dirs[e], settings, plan, unit, on_mismatch,
+                          prior=(prior or {}).get(e)) for e in unit.entries]
+        active = [a for a in arms if a.pending]
+        own_view = view is None
+        view = view or ProgressView()
         for a in active:
-            write_run_json(a.out_dir / CRASH_FILE, {
-                "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                "time": datetime.now(UTC).isoformat()})
-        raise
-    wall_s = time.monotonic() - t_start
-    summaries = []
-    for a in arms:
-        s = summarize(a.entry, a.arm.engine, a.out_dir, a.store.rows(), a.n_expected,
-                      a.resumed_from, wall_s)
-        if a in active or not (a.out_dir / SUMMARY_FILE).exists():
-            write_run_json(a.out_dir / SUMMARY_FILE, asdict(s))
-        summaries.append(s)
-    return summaries
+            (a.out_dir / CRASH_FILE).unlink(missing_ok=True)
+        try:
+            with view if own_view else _nullcontext():
+                for a in arms:
+                    view.arm(a.entry.entry, a.n_expected, a.n_expected -
+                             sum(p.n_timed for p in a.pending.values()))
+                if active:
+                    _serve(cfg, unit, active, plan, settings, view, on_reply)
+        except BaseException as e:
+            for a in active:
+                write_run_json(a.out_dir / CRASH_FILE, {
+                    "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
+                    "time": datetime.now(UTC).isoformat()})
+            raise
+        wall_s = time.monotonic() - t_start
+        summaries = []
+        for a in arms:
+            s = summarize(a.entry, a.arm.engine, a.out_dir, a.store.rows(), a.n_expected,
+                          a.resumed_from, wall_s)
+            if a in active or not (a.out_dir / SUMMARY_FILE).exists():
+                write_run_json(a.out_dir / SUMMARY_FILE, asdict(s))
+            summaries.append(s)
+        return summaries
 
 
 def _serve(cfg: Any, unit: RunUnit, active: list[_ArmRun], plan: list[Planned],

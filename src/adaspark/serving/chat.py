@@ -43,3 +43,21 @@ def render(
         )
     except TemplateError as e:
         raise ChatTemplateError(f"the model's chat template failed: {e}") from None
+
+
+def default_system_prompt(template: str, **special: str) -> str | None:
+    """The system prompt ``template`` renders when a conversation has none (SmolLM2's and Qwen's
+    templates insert their own), or None when it renders none: the text it puts where a given
+    system message's content would go (found by rendering one with a marker)."""
+    mark, user = "\u0000system\u0000", "\u0000user\u0000"
+    given = render(template, [{"role": "system", "content": mark},
+                              {"role": "user", "content": user}], **special)
+    plain = render(template, [{"role": "user", "content": user}], **special)
+    if mark not in given:
+        return None
+    head, _, rest = given.partition(mark)
+    tail = rest.partition(user)[0]
+    if not plain.startswith(head) or not tail:
+        return None
+    body = plain[len(head):]
+    return body.partition(tail)[0] if tail in body else None

@@ -12,11 +12,14 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from adaspark.serving.requests import RequestError, parse_request
+from adaspark.serving.requests import RequestError, decode_body, parse_request
 from adaspark.serving.service import ArmService, Job, JobResult, merge_deltas
 
 # ---------------------------------------------------------------------------------------------
 # HTTP
+
+#: How often a non-streamed request's decode looks whether its client has left (seconds).
+DISCONNECT_POLL_S = 0.25
 
 
 def _safe_id(raw: str | None) -> str | None:
@@ -75,6 +78,17 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
                                    "when it ends", kind="server_busy")
             await asyncio.sleep(0.005)
 
+    async def until_done_or_gone(request: Request, fut: asyncio.Future[JobResult],
+                                 job: Job) -> JobResult:
+        """``fut``'s result; a client that leaves meanwhile stops the decode after its round
+        (as the streaming path does), so the engine is free for the next request."""
+        while not fut.done():
+            await asyncio.wait({fut}, timeout=DISCONNECT_POLL_S)
+            if not fut.done() and await request.is_disconnected():
+                job.cancel.set()
+                break
+        return await fut
+
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok", "busy": service.busy.locked(),
                              "model": service.model_id})
@@ -87,12 +101,7 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
     async def completions(request: Request) -> Response:
         raw = await request.body()
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return error(RequestError(400, f"the request body is not valid JSON ({e}); send a "
-                                      "JSON object with `messages`"))
-        try:
-            req = parse_request(body)
+            req = parse_request(decode_body(raw))
             prompt, fmt = service.prompt_tokens(req)
             await acquire()
         except RequestError as e:
@@ -125,7 +134,7 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
 
         if not req.stream:
             try:
-                res: JobResult = await fut
+                res: JobResult = await until_done_or_gone(request, fut, job)
             except Exception as e:
                 return error(RequestError(500, f"decode failed: {e}", kind="server_error"))
             if res.error:

@@ -303,10 +303,11 @@ def serve_command(args: list[str]) -> int:
     :class:`ServeOptions` are the server's options; the rest compose ``conf/`` (``arm=NAME``
     picks the arm, ``exact=true|false`` the kernels)."""
     from adaspark.config import compose, split_words
-    from adaspark.schema import validate
+    from adaspark.schema import check_overrides, validate
 
     rest, words = split_words(args, {f.name for f in fields(ServeOptions)})
     opts = ServeOptions.from_overrides(words)
+    check_overrides(rest, "serve")
     cfg = compose(rest)
     validate(cfg, command="serve")
     exact = False if cfg.get("exact") is None else bool(cfg.exact)

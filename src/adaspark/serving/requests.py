@@ -4,6 +4,8 @@ tool and option is validated, and a bad one gets a 400 that names the field and 
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +108,44 @@ def _check_messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
+#: The deepest nesting of arrays and objects a request body may have (a chat request needs 6:
+#: messages, a message, its content parts, a tool's JSON-schema parameters a few more).
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(obj: Any) -> int:
+    """How deeply ``obj``'s arrays and objects nest (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict | list):
+            deepest = max(deepest, d)
+            if d > MAX_JSON_DEPTH:
+                return d
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return deepest
+
+
+def decode_body(raw: bytes) -> Any:
+    """A request body as JSON, refused (400) when it is not JSON or nests deeper than
+    :data:`MAX_JSON_DEPTH` levels."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the request body is not valid JSON ({e}); send a JSON object "
+                           "with `messages`") from None
+    except RecursionError:
+        body = None
+        depth = MAX_JSON_DEPTH + 1
+    else:
+        depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        raise RequestError(400, f"the request body nests arrays and objects more than "
+                           f"{MAX_JSON_DEPTH} levels deep; a chat request needs far fewer: send "
+                           "a flatter JSON object with `messages`")
+    return body
+
+
 def lone_surrogate(obj: Any, where: str = "") -> str | None:
     """Where a string of a decoded JSON body holds a lone UTF-16 surrogate (JSON allows the
     escape ``"\\ud800"``; the text is no Unicode a tokenizer can encode), or None."""
@@ -130,6 +170,21 @@ def lone_surrogate(obj: Any, where: str = "") -> str | None:
     return None
 
 
+def reply_cap(body: dict[str, Any]) -> int | None:
+    """The request's cap on generated tokens: the smaller of ``max_tokens`` and
+    ``max_completion_tokens`` among those given (a null is "not given"), or None."""
+    caps = []
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = body.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise RequestError(400, f"`{key}` must be a positive integer or null, not {v!r}",
+                               param=key)
+        caps.append(v)
+    return min(caps) if caps else None
+
+
 def parse_request(body: Any) -> ChatRequest:
     """Validate a decoded JSON body; raise :class:`RequestError` naming the bad field."""
     if not isinstance(body, dict):
@@ -144,16 +199,15 @@ def parse_request(body: Any) -> ChatRequest:
     if not isinstance(stream, bool):
         raise RequestError(400, f"`stream` must be true or false, not {_type_name(stream)}",
                            param="stream")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                   or max_tokens < 1):
-        raise RequestError(400, f"`max_tokens` must be a positive integer, not {max_tokens!r}",
-                           param="max_tokens")
+    max_tokens = reply_cap(body)
     temp = body.get("temperature")
     if temp is not None:
         if isinstance(temp, bool) or not isinstance(temp, int | float):
             raise RequestError(400, f"`temperature` must be a number, not {_type_name(temp)}",
                                param="temperature")
+        if not math.isfinite(temp) or temp < 0:
+            raise RequestError(400, f"`temperature` must be a finite number >= 0, not {temp!r} "
+                               "(0 or absent: greedy decoding)", param="temperature")
         if temp > 0:
             raise RequestError(400, "this server decodes greedily only (the verify's guarantee, "
                                "§3.5): send temperature 0 or leave it out", param="temperature")

@@ -129,6 +129,9 @@ class ArmService:
         self.caps = tool_calls.probe_template(self._render)
         self.model_id = f"{cfg.target.name}:{arm.name}"
         self.n_ctx = t.n_ctx
+        #: the drafter's context (it prefills the prompt too), or None without a drafter
+        self.drafter_n_ctx = (int(cfg.drafter.n_ctx) if self.parts.drafter is not None
+                              else None)
         self.busy = threading.Lock()
         self.current: Job | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
@@ -203,6 +206,13 @@ class ArmService:
                                f"context of {self.n_ctx} tokens (with room for one generated "
                                "token); shorten the conversation or serve with a larger "
                                "target.n_ctx", param="messages",
+                               kind="exceed_context_size_error")
+        if self.drafter_n_ctx is not None and len(ids) + 1 >= self.drafter_n_ctx:
+            raise RequestError(400, f"the prompt has {len(ids)} tokens and does not fit the "
+                               f"drafter's context of {self.drafter_n_ctx} tokens "
+                               "(drafter.n_ctx; the target's is "
+                               f"{self.n_ctx}): shorten the conversation or serve with a "
+                               "larger drafter.n_ctx", param="messages",
                                kind="exceed_context_size_error")
         fmt = self.caps.format if tools else "none"
         return ids, fmt

@@ -78,7 +78,8 @@ def write_device(path: Path, model: Any) -> Path:
 
 
 def device_entry(model: Any, where: str) -> dict[str, Any]:
-    return {"name": model.name, "label": model.label, "description": model.description,
+    return {"name": model.name, "label": model.label, "sha256": model.sha256,
+            "description": model.description,
             "paper_target": model.paper_target, "file": where, "max_rows": model.max_rows,
             "draft_ms": model.draft_ms, "host_ms": model.host_ms,
             "verify": dataclasses.asdict(model.verify), "sources": model.sources}

@@ -123,6 +123,15 @@ class DSparkFileError(ValueError):
     key and the fix."""
 
 
+#: The longest block our engine and llama-server can decode: the ``dflash`` graph builds the
+#: Markov head's chain position by position, and llama.cpp sizes a drafter's graph at
+#: ``max(1024, 8 x its tensors)`` nodes (``llama_context::graph_max_nodes``); a longer block
+#: overflows it and aborts the process (``GGML_ASSERT(obj_new)``). Measured on the tiny target
+#: (one block, confidence head): 64 positions decode, 128 abort; a ``d2t`` vocabulary adds nodes
+#: per position, so the limit keeps a margin (twice speculative.cpp's default block of 16).
+MAX_BLOCK_SIZE = 32
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading GGUF metadata
 
@@ -282,6 +291,7 @@ def check_for_target(info: DSparkFile, target: TargetShape) -> DSparkFile:
     ``info`` when it fits. A ``d2t`` reduced draft vocabulary is accepted (its ids must be
     distinct target ids); DFlash2 files are refused (not supported yet)."""
     p, t = info.path, target.path
+    check_block_size(info.block_size, f"{p}: {KEY_BLOCK_SIZE}")
     if info.is_dflash2:
         raise DSparkFileError(
             f"{p} is a DFlash2 drafter ({', '.join(sorted(info.selector))}): DFlash2's candidate "
@@ -320,6 +330,15 @@ def check_for_target(info: DSparkFile, target: TargetShape) -> DSparkFile:
             f"{p}: {KEY_MASK}={info.mask_token_id} is outside the vocabulary (0.."
             f"{target.n_vocab - 1}): set it to a token id of the target's vocabulary")
     return info
+
+
+def check_block_size(block: int, where: str) -> None:
+    """Refuse a block of fewer than 1 or more than :data:`MAX_BLOCK_SIZE` positions."""
+    if not 1 <= block <= MAX_BLOCK_SIZE:
+        raise DSparkFileError(
+            f"{where}={block}: a DSpark block holds 1 to {MAX_BLOCK_SIZE} positions (llama.cpp's "
+            f"drafter graph holds no longer Markov chain; a longer one aborts the process): "
+            f"write the file with block <= {MAX_BLOCK_SIZE}")
 
 
 def check_dspark_file(path: str | Path, target_path: str | Path) -> DSparkFile:
@@ -527,8 +546,7 @@ def write_dflash_gguf(out: str | Path, target: TargetShape, shape: DrafterShape,
 
     out = Path(out)
     layers = shape.layers_for(target)
-    if shape.block_size < 1:
-        raise DSparkFileError(f"block={shape.block_size}: the block needs at least 1 position")
+    check_block_size(shape.block_size, "block")
     tmeta = gguf_meta(target.path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
@@ -616,17 +634,25 @@ OWN_KEYS = ("kind", "out", "seed", "block", "layers", "n_layers", "rank", "corru
 
 def _int_list(key: str, v: str) -> tuple[int, ...]:
     try:
-        return tuple(int(x) for x in v.replace("[", "").replace("]", "").split(",") if x.strip())
+        got = tuple(int(x) for x in v.replace("[", "").replace("]", "").split(",") if x.strip())
     except ValueError:
+        got = ()
+    if not got:
         raise ConfigError(f"{key}={v!r}: give integers separated by commas, e.g. "
-                          f"{key}=2,15,28") from None
+                          f"{key}=2,15,28 (leave {key}= out for the default)")
+    return got
 
 
-def _int(key: str, v: str) -> int:
+def _int(key: str, v: str, *, min: int | None = None, max: int | None = None) -> int:
+    """``v`` as an integer within ``min``..``max`` (:func:`adaspark.schema.check_value`)."""
+    from adaspark.schema import check_value
+
     try:
-        return int(v)
+        n = int(v)
     except ValueError:
         raise ConfigError(f"{key}={v!r} is not an integer") from None
+    meta = {k: b for k, b in (("min", min), ("max", max)) if b is not None}
+    return int(check_value(key, n, int, meta))
 
 
 def cli_main(args: list[str]) -> int:
@@ -640,7 +666,7 @@ def cli_main(args: list[str]) -> int:
     from adaspark.config import compose, split_words
     from adaspark.decoding.drafter.dspark_predict import greedy_continuation
     from adaspark.decoding.generate import prompt_tokens
-    from adaspark.schema import validate
+    from adaspark.schema import check_overrides, validate
 
     rest, own = split_words(args, OWN_KEYS)
     kind = own.get("kind", "")
@@ -648,18 +674,22 @@ def cli_main(args: list[str]) -> int:
         raise ConfigError(f"kind={kind!r}: dspark-file writes kind=random or kind=oracle")
     if not own.get("out"):
         raise ConfigError("out= is missing: name the GGUF file to write, e.g. out=dspark.gguf")
+    if Path(own["out"]).is_dir():
+        raise ConfigError(f"out={own['out']} is a directory: name the GGUF file to write, e.g. "
+                          f"out={Path(own['out']) / 'dspark.gguf'}")
     conf = own.get("confidence", "true").lower()
     if conf not in ("true", "false"):
         raise ConfigError(f"confidence={conf!r}: true or false")
     shape = DrafterShape(
-        block_size=_int("block", own.get("block", "8")),
-        target_layers=_int_list("layers", own["layers"]) if own.get("layers") else None,
-        n_layers=_int("n_layers", own.get("n_layers", "1")),
-        markov_rank=_int("rank", own.get("rank", "32")),
+        block_size=_int("block", own.get("block", "8"), min=1, max=MAX_BLOCK_SIZE),
+        target_layers=_int_list("layers", own["layers"]) if "layers" in own else None,
+        n_layers=_int("n_layers", own.get("n_layers", "1"), min=1),
+        markov_rank=_int("rank", own.get("rank", "32"), min=1),
         confidence_head=conf == "true",
         mask_token_id=_int("mask", own["mask"]) if own.get("mask") else None)
+    check_overrides(rest, "generate")  # the target, the prompt keys and max_tokens
     cfg = compose(rest)
-    validate(cfg, command="generate")  # the target, the prompt keys and max_tokens
+    validate(cfg, command="generate")
     tpath, _ = model_files.resolve(cfg.target)
     out = Path(own["out"])
     summary: dict[str, Any] = {"kind": kind, "out": str(out), "target": str(tpath)}
@@ -678,7 +708,7 @@ def cli_main(args: list[str]) -> int:
         _, table = write_oracle(
             tpath, out, text, shape=shape,
             corrupt_at=_int("corrupt_at", own["corrupt_at"]) if own.get("corrupt_at") else None,
-            rank=_int("rank", own["rank"]) if own.get("rank") else None)
+            rank=_int("rank", own["rank"], min=1) if own.get("rank") else None)
         summary |= {"prompt_tokens": len(prompt), "text": list(table.text),
                     "conflicts": list(table.conflicts), "corrupt_at": table.corrupt_at,
                     "fallback": table.fallback}

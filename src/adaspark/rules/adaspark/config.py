@@ -1,8 +1,11 @@
 """The scheduler's constants (Appendix B, Table 14) as typed, frozen dataclasses.
 
 Every value lives in ``conf/scheduler/<name>.yaml``; the dataclasses have no defaults, so a key
-missing from the file is an error rather than a silent literal. ``load_config`` reads the file and
-applies an optional mapping of overrides (Hydra-style nested keys).
+missing from the file is an error rather than a silent literal. Each field's metadata
+(:func:`adaspark.schema.spec`) is its range or its choices, from its meaning in the paper; they
+are checked by :func:`adaspark.schema.check_value`, where every config value is checked.
+``load_config`` reads the file and applies an optional mapping of overrides (Hydra-style nested
+keys).
 """
 
 from __future__ import annotations
@@ -15,101 +18,106 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
+from adaspark.schema import MAX_WIDTH, spec
+
+#: The longest context the n-gram index keys (``ngram.KEY``): ``follower_context`` and
+#: ``copy_min_match`` at most.
+NGRAM_KEY = 6
 
 
 @dataclass(frozen=True)
 class CostModelConfig:
     """§3.2: the learned width table, the context law (Eq. 4) and the price (Eq. 5)."""
 
-    quantile_tau: float
-    context_basis_unit: int
-    l1: float
-    l2: float
-    ftrl_rate: float
-    ftrl_stabiliser: float
-    squared_gradient_cap: float
-    sample_bank_per_band: int
-    refit_holdout_fraction: float
-    refit_holdout_min_band: int
-    law_clamp: tuple[float, float]
-    level_window: int
-    level_clamp: tuple[float, float]
-    level_against: str
-    measurements_before_priced: int
-    samples_before_law: int
-    starting_ladder: tuple[int, ...]
-    split_hold_rounds: int
-    steep_interval: float
-    most_widths_learned: int
-    declared_class_step: int
-    refit_epochs: int
-    refit_min_span: float
+    quantile_tau: float = spec(gt=0.0, lt=1.0)
+    context_basis_unit: int = spec(min=1)
+    l1: float = spec(min=0.0)
+    l2: float = spec(min=0.0)
+    ftrl_rate: float = spec(gt=0.0)
+    ftrl_stabiliser: float = spec(gt=0.0)
+    squared_gradient_cap: float = spec(gt=0.0)
+    sample_bank_per_band: int = spec(min=1)
+    refit_holdout_fraction: float = spec(min=0.0, lt=1.0)
+    refit_holdout_min_band: int = spec(min=1)
+    law_clamp: tuple[float, float] = spec(gt=0.0, increasing="weak")
+    level_window: int = spec(min=1)
+    level_clamp: tuple[float, float] = spec(gt=0.0, increasing="weak")
+    level_against: str = spec(choices=("at_sample", "current_law"))
+    measurements_before_priced: int = spec(min=1)
+    samples_before_law: int = spec(min=1)
+    starting_ladder: tuple[int, ...] = spec(min=2, max=MAX_WIDTH, increasing="strict", min_len=1)
+    split_hold_rounds: int = spec(min=0)
+    steep_interval: float = spec(gt=0.0)
+    most_widths_learned: int = spec(min=1, max=MAX_WIDTH - 1)
+    declared_class_step: int = spec(min=1, max=MAX_WIDTH - 1)
+    refit_epochs: int = spec(min=0)
+    refit_min_span: float = spec(min=1.0)
     law_seed_intercept: bool
-    clock: str
-    cold_start: str
+    clock: str = spec(choices=("residual", "raw"))
+    cold_start: str = spec(choices=("ladder", "bounded"))
 
 
 @dataclass(frozen=True)
 class WidthChoiceConfig:
     """§3.4: Eq. (7), the long-run rate, the gains and the hysteresis."""
 
-    rate_half_life_rounds: float
-    rate_warm_rounds: int
-    gain_clamp: tuple[float, float]
-    gain_shrinkage: float
-    gain_reference_width: int
-    gain_reference: str
-    ratio_margin: float
-    hysteresis_margin: float
-    gain_ridge_floor: float
-    gain_pivot_u: float
-    gain_memory_rounds: float
-    gain_min_predicted: float
-    agreed_counts_as: str
-    width1_forecast: str
+    rate_half_life_rounds: float = spec(gt=0.0)
+    rate_warm_rounds: int = spec(min=0)
+    gain_clamp: tuple[float, float] = spec(gt=0.0, increasing="weak")
+    gain_shrinkage: float = spec(min=0.0)
+    gain_reference_width: int = spec(min=2, max=MAX_WIDTH)
+    gain_reference: str = spec(choices=("fixed", "narrowest_offered"))
+    ratio_margin: float = spec(min=0.0)
+    hysteresis_margin: float = spec(min=0.0)
+    gain_ridge_floor: float = spec(gt=0.0)
+    gain_pivot_u: float = spec(min=0.0)
+    gain_memory_rounds: float = spec(min=1.0)
+    gain_min_predicted: float = spec(min=0.0)
+    agreed_counts_as: str = spec(choices=("ngram", "drafter"))
+    width1_forecast: str = spec(choices=("realised",))
 
 
 @dataclass(frozen=True)
 class AcceptanceConfig:
     """§3.3: Eq. (6), its learning, the head-based estimate and the guard."""
 
-    drafter_ftrl_rate: float
-    drafter_ftrl_stabiliser: float
-    drafter_l2: float
-    ngram_bucket_ftrl_rate: float
-    prior_gate: float
-    squared_gradient_cap: float
-    intercept_adagrad_rate: float
-    intercept_band: float
-    intercept_squared_gradient_cap: float
-    guard_half_life: float
-    head_offset_adagrad_rate: float
-    head_offset_band: float
-    adagrad_stabiliser: float
-    prior_pick_intercept: float
-    gate_counts: str
-    logit_eps: float
-    log_r_floor: float
-    psi: str
-    copy_long_match: int
-    follower_count_edge: int
-    run_edges: tuple[int, int]
-    offset_labels: str
+    drafter_ftrl_rate: float = spec(gt=0.0)
+    drafter_ftrl_stabiliser: float = spec(gt=0.0)
+    drafter_l2: float = spec(min=0.0)
+    ngram_bucket_ftrl_rate: float = spec(gt=0.0)
+    prior_gate: float = spec(min=0.0)
+    squared_gradient_cap: float = spec(gt=0.0)
+    intercept_adagrad_rate: float = spec(min=0.0)
+    intercept_band: float = spec(min=0.0)
+    intercept_squared_gradient_cap: float = spec(gt=0.0)
+    guard_half_life: float = spec(gt=0.0)
+    head_offset_adagrad_rate: float = spec(min=0.0)
+    head_offset_band: float = spec(min=0.0)
+    adagrad_stabiliser: float = spec(gt=0.0)
+    prior_pick_intercept: float = spec()
+    gate_counts: str = spec(choices=("squared_gradients", "updates"))
+    logit_eps: float = spec(gt=0.0, lt=0.5)
+    log_r_floor: float = spec(max=0.0)
+    psi: str = spec(choices=("depth_and_context",))
+    copy_long_match: int = spec(min=1)
+    follower_count_edge: int = spec(min=1)
+    run_edges: tuple[int, int] = spec(min=1, increasing="strict")
+    offset_labels: str = spec(choices=("all_candidates", "placed"))
 
 
 @dataclass(frozen=True)
 class NgramConfig:
     """§3.3: the n-gram index over the request's own text and its chains."""
 
-    follower_context: int
-    chain_depth_limit: int
-    exploration_period: int
-    exploration_counts: str
-    copy_min_match: int
-    copy_max_match: int
-    followers_kept: int
-    occurrences_kept: int
-    precision_prior: tuple[float, float]
+    follower_context: int = spec(min=1, max=NGRAM_KEY)
+    chain_depth_limit: int = spec(min=1)
+    exploration_period: int = spec(min=1)
+    exploration_counts: str = spec(choices=("ngram_rounds", "all_tree_rounds"))
+    copy_min_match: int = spec(min=1, max=NGRAM_KEY)
+    copy_max_match: int = spec(min=1)
+    followers_kept: int = spec(min=1)
+    occurrences_kept: int = spec(min=1)
+    precision_prior: tuple[float, float] = spec(gt=0.0, increasing="weak")
     precision_scores_prompt: bool
 
 
@@ -150,8 +158,8 @@ def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
     out = {}
     for f in fields(cls):
-        v = raw[f.name]
-        check_value(f"scheduler.{where}.{f.name}", v, hints[f.name])  # types, as in Table 14
+        v = check_value(f"scheduler.{where}.{f.name}", raw[f.name], hints[f.name],
+                        dict(f.metadata))  # type, range or choices (Table 14)
         out[f.name] = tuple(v) if isinstance(v, list) else v
     return cls(**out)
 
@@ -165,39 +173,23 @@ def from_mapping(raw: dict[str, Any]) -> SchedulerConfig:
                                        for k, cls in _SECTIONS.items()}))
 
 
-#: The values a named choice may take (the first is the default in conf/scheduler/adaspark.yaml).
+#: The values a named choice may take (the first is the default in conf/scheduler/adaspark.yaml),
+#: read from the fields' metadata.
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("cost_model", "clock"): ("residual", "raw"),
-    ("cost_model", "level_against"): ("at_sample", "current_law"),
-    ("cost_model", "cold_start"): ("ladder", "bounded"),
-    ("width_choice", "gain_reference"): ("fixed", "narrowest_offered"),
-    ("width_choice", "agreed_counts_as"): ("ngram", "drafter"),
-    ("width_choice", "width1_forecast"): ("realised",),
-    ("acceptance_model", "gate_counts"): ("squared_gradients", "updates"),
-    ("acceptance_model", "psi"): ("depth_and_context",),
-    ("acceptance_model", "offset_labels"): ("all_candidates", "placed"),
-    ("ngram_fill", "exploration_counts"): ("ngram_rounds", "all_tree_rounds"),
-}
-
-
-#: Ranges the code needs: the n-gram index keys contexts of at most 6 tokens (``ngram.KEY``).
-RANGES: dict[tuple[str, str], tuple[int, int]] = {
-    ("ngram_fill", "follower_context"): (1, 6),
-    ("ngram_fill", "copy_min_match"): (1, 6),
-}
+    (section, f.name): tuple(f.metadata["choices"])
+    for section, cls in _SECTIONS.items() for f in fields(cls) if "choices" in f.metadata}
 
 
 def validate(cfg: SchedulerConfig) -> SchedulerConfig:
-    """Refuse a named choice the code does not implement, or a value outside :data:`RANGES`."""
-    for (section, key), allowed in CHOICES.items():
-        v = getattr(getattr(cfg, section), key)
-        if v not in allowed:
-            raise ValueError(f"scheduler config {section}.{key} = {v!r}; one of {allowed}")
-    for (section, key), (lo, hi) in RANGES.items():
-        v = getattr(getattr(cfg, section), key)
-        if not lo <= v <= hi:
-            raise ValueError(f"scheduler config {section}.{key} = {v!r}: the n-gram index "
-                             f"keys contexts of {lo} to {hi} tokens; set it in that range")
+    """What one key's range cannot say: a match measured back at least as far as it must
+    reach (``copy_max_match >= copy_min_match``)."""
+    ng = cfg.ngram_fill
+    if ng.copy_max_match < ng.copy_min_match:
+        from adaspark.config import ConfigError
+
+        raise ConfigError(f"scheduler.ngram_fill.copy_max_match={ng.copy_max_match} is below "
+                          f"copy_min_match={ng.copy_min_match}: a match is measured back at "
+                          "least as far as it must reach; raise copy_max_match")
     return cfg
 
 

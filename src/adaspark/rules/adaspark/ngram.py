@@ -29,13 +29,13 @@ import numpy as np
 
 from adaspark.decoding.candidates import CandidateSet
 from adaspark.jit import kernel
-from adaspark.rules.adaspark.config import RANGES, NgramConfig
+from adaspark.rules.adaspark.config import NGRAM_KEY, NgramConfig
 
 #: Evidence classes of a proposal (Eq. 6's bucket evidence; the precision is kept per class).
 EVIDENCE_NAMES = ("n1", "n2+", "copy", "copy-long")
 #: The longest context a table key holds (``follower_context`` and ``copy_min_match`` at most,
 #: as the config's validation says).
-KEY = RANGES[("ngram_fill", "copy_min_match")][1]
+KEY = NGRAM_KEY
 #: Token ids the index keys exactly (21 bits each, three to an integer; one value kept free).
 TOKEN_LIMIT = (1 << 21) - 1
 
@@ -63,7 +63,7 @@ class NgramIndex:
     """The request's index: 3-token followers and earlier occurrences of 4-token contexts."""
 
     def __init__(self, cfg: NgramConfig, long_match: int, count_edge: int) -> None:
-        self.cfg = cfg   # follower_context, copy_min_match in 1..KEY (config.RANGES)
+        self.cfg = cfg   # follower_context, copy_min_match in 1..KEY (the config's ranges)
         self.long_match = long_match
         self.count_edge = count_edge
         self.reset()

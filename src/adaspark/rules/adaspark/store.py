@@ -77,7 +77,15 @@ def load_store(path: str | Path) -> dict[str, Any] | None:
     p = Path(path)
     if not p.is_file():
         return None
-    state = json.loads(p.read_text())
+    try:
+        state = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"store {p} cannot be read ({e}): it is damaged or not a store this "
+                         "scheduler wrote; move it aside (or delete it) to start from an empty "
+                         "store") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"store {p} holds {type(state).__name__}, not a store's JSON object; "
+                         "move it aside (or delete it) to start from an empty store")
     if state.get("version") != STORE_VERSION:
         raise ValueError(f"store {p} has version {state.get('version')}, this scheduler reads "
                          f"version {STORE_VERSION}; move it aside to start from empty")
