@@ -155,3 +155,22 @@ def test_the_rounds_curve_tracks_adaspark_over_the_fastest_pinned_width():
     assert math.isclose(c["ratio"].iloc[0], 10 / 15)
     assert math.isclose(c["ratio"].iloc[1], (20 / 1.5) / 15)
     assert cl.rounds_curve(pd.DataFrame(rows[:1]), "draft-model").empty  # no pinned width
+
+
+def test_a_replay_regime_does_not_judge_identical_texts_and_a_measure_bug_is_shown(capsys):
+    import pandas as pd
+
+    ledger = cl.read_ledger(LEDGER)
+    (claim,) = [c for c in ledger.claims if c.id == "identical-texts"]
+    rows = pd.DataFrame({"arm": ["adaspark", "chain3"], "set": "s", "conversation": "c",
+                         "turn": 0, "reply": 0})
+    replay = cl.Regime("replay:x", "replay", "reconstructed", "Qwen3-4B", lambda: rows)
+    r = cl.judge(claim, replay, None, ledger.targets)
+    assert r.verdict == cl.NOT_TESTABLE and "by construction" in r.why
+    cpu = cl.Regime("cpu", "cpu", "measured", None, lambda: rows.assign(text_sha256=["a", "a"]))
+    assert cl.judge(claim, cpu, None, ledger.targets).values[0]["estimate"] == 1.0
+    broken = cl.Regime("cpu", "cpu", "measured", None, lambda: rows.drop(columns="turn")
+                       .assign(text_sha256=["a", "b"]))
+    r = cl.judge(claim, broken, None, ledger.targets)
+    assert r.verdict == cl.NOT_TESTABLE and "measure failed: KeyError" in r.why
+    assert "identical-texts" in capsys.readouterr().err

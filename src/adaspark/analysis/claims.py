@@ -410,7 +410,11 @@ def identical_share(regime: Regime, options: Any, *, a: str, b: str) -> Measured
     from adaspark.analysis.records import arm_rows
     from adaspark.analysis.tables.table10 import reply_hashes
 
+    if regime.kind == REPLAY:
+        raise NotMeasured("a replay's replies are the labelled text, identical by construction")
     replies = regime.replies()
+    if not {"text", "text_sha256"} & set(replies.columns):
+        raise NotMeasured("the replies hold no text")
     first = arm_rows(replies, f"{a}@1")
     first = first if not first.empty else arm_rows(replies, a)
     other = arm_rows(replies, b)
@@ -534,6 +538,12 @@ def judge(claim: Claim, regime: Regime, options: Any, targets: Mapping[str, str]
         got = MEASURES[name](regime, options, **args)
     except NotMeasured as e:
         res.why = str(e)
+        return res
+    except (KeyError, ValueError, TypeError) as e:  # a measure's bug is shown, not hidden
+        res.why = f"the measure failed: {type(e).__name__}: {e}"
+        import sys
+
+        print(f"claims: {claim.id} in {regime.name}: {res.why}", file=sys.stderr)
         return res
     values = got if isinstance(got, list) else [got]
     if not values:
