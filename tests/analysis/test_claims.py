@@ -162,8 +162,8 @@ def test_a_replay_regime_does_not_judge_identical_texts_and_a_measure_bug_is_sho
 
     ledger = cl.read_ledger(LEDGER)
     (claim,) = [c for c in ledger.claims if c.id == "identical-texts"]
-    rows = pd.DataFrame({"arm": ["adaspark", "chain3"], "set": "s", "conversation": "c",
-                         "turn": 0, "reply": 0})
+    rows = pd.DataFrame({"arm": ["adaspark", "chain3"], "entry": ["adaspark", "chain3"],
+                         "repeat": 1, "set": "s", "conversation": "c", "turn": 0, "reply": 0})
     replay = cl.Regime("replay:x", "replay", "reconstructed", "Qwen3-4B", lambda: rows)
     r = cl.judge(claim, replay, None, ledger.targets)
     assert r.verdict == cl.NOT_TESTABLE and "by construction" in r.why

@@ -68,7 +68,7 @@ def timing_traces(timing: Path, labelled: Path, arm: str) -> Path:
 def write_device(path: Path, model: Any) -> Path:
     """A device model as a ``conf/device/`` file (one that :func:`load_device` reads back)."""
     raw = dataclasses.asdict(model)
-    raw = {k: v for k, v in raw.items() if v is not None}
+    raw = {k: v for k, v in raw.items() if v is not None and k != "sha256"}  # computed on load
     head = (f"# {model.name}: fitted by the replay stage (adaspark.stages.replay) from this "
             "machine's survey and a run's round trace (`sources` says which); MEASURED here, "
             "not reconstructed.\n")
