@@ -174,3 +174,29 @@ def test_a_replay_regime_does_not_judge_identical_texts_and_a_measure_bug_is_sho
     r = cl.judge(claim, broken, None, ledger.targets)
     assert r.verdict == cl.NOT_TESTABLE and "measure failed: KeyError" in r.why
     assert "identical-texts" in capsys.readouterr().err
+
+
+def test_the_width_report_gives_each_pinned_width_the_best_and_the_cold_start(tmp_path,
+                                                                               paper_runs):
+    """The synthetic paper runs as a replay regime (draft-model block): AdaSpark runs at 23.5
+    tok/s and the pinned width w at 23.5 - 0.09 |w - 6|^1.3 (synthetic_runs.SPEED), so the best
+    is about 6 rows, level with AdaSpark, and 16 rows is the slowest."""
+    from adaspark.stages.tables import options_from_params
+
+    params = write_params(tmp_path / "params.yaml", "paper")
+    from adaspark.stages import load_params
+
+    p = load_params(params)
+    cpu = claims_stage.cpu_regime(paper_runs, p, options_from_params(p))
+    replay = cl.Regime("replay:synthetic", "replay", "synthetic", None, cpu.replies, cpu.rounds)
+    (row,) = cl.width_report([cpu, replay], options_from_params(p), block="draft-model")
+    assert row["regime"] == "replay:synthetic" and row["rounds"] > 0
+    assert set(row["over_pinned"]) == {f"{w} rows" for w in (4, 5, 6, 8, 12, 16)}
+    worst = max(row["over_pinned"], key=lambda k: row["over_pinned"][k]["estimate"])
+    assert worst == "16 rows", row["over_pinned"]
+    (best_all, *bands) = row["over_best"]
+    # noise may put 5 or 8 rows level with 6; never the far widths
+    assert best_all["group"] in {f"all replies (best {w} rows)" for w in (5, 6, 8)}, best_all
+    assert math.isclose(best_all["estimate"], 1.0, abs_tol=0.03), best_all
+    assert row["cold_start_rounds"] > 0 and 0 < row["cold_start_s"] <= row["first_request_s"]
+    assert "| replay:synthetic | synthetic |" in cl.width_markdown([row])

@@ -125,6 +125,11 @@ def test_drafters_labelled_in_one_pass_get_the_labels_each_gets_alone(tmp_path, 
         assert groups == [[together[1], together[0]]]  # the drafter reading the target leads
         got = label_jointly(groups[0], [[(p, 12) for p in prompts]] * 2)
         assert together[0].parts is None and together[1].parts is not None  # one target
+        # the pass's time by part: one target shared, each drafter its own blocks
+        parts = [lab.spent_by_part for lab in together]
+        assert parts[0]["target"] == parts[1]["target"] > 0, parts
+        assert parts[0]["drafter"] > 0 and parts[1]["drafter"] > 0, parts
+        assert parts[0]["drafter"] != parts[1]["drafter"], parts
     finally:
         for lab in together:
             lab.close()

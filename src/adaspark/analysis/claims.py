@@ -730,3 +730,82 @@ def rounds_figure(curves: Mapping[str, pd.DataFrame]) -> Any:
         ax.set_title("AdaSpark over the best pinned width as rounds are served (REPLAY)")
         ax.legend(frameon=False, fontsize=7)
     return fig
+
+
+# -- the width claims' numbers per device model (issue 33, item 2) ----------------------------
+
+
+def width_report(regimes: list[Regime], options: Any,
+                 block: str = "dspark") -> list[dict[str, Any]]:
+    """Per replay regime, on ``block``'s arms: AdaSpark's rounds; AdaSpark over each pinned
+    width and over the best, over all replies, per context band and after the first request
+    (each with its interval); the cold start (rounds, seconds, share of the first request's
+    time); the cost estimate's median error over the second half of the run."""
+    ada, pinned = pinned_arms(block)
+    out = []
+    for reg in regimes:
+        if reg.kind != REPLAY:
+            continue
+        row: dict[str, Any] = {"regime": reg.name, "label": reg.label,
+                               "paper_target": reg.paper_target, "block": block}
+        try:
+            rounds = _adaspark_rounds(reg, ada)
+            row["rounds"] = len(rounds)
+            first = rounds[rounds["request_id"] == rounds["request_id"].iloc[0]]
+            from adaspark.analysis.records import COLD_START
+
+            cold = first[first["why"].isin(COLD_START)]
+            row["cold_start_rounds"] = len(cold)
+            row["cold_start_s"] = float((cold["fixed_s"] + cold["measured_verify_s"]).sum())
+            row["first_request_s"] = float((first["fixed_s"] + first["measured_verify_s"]).sum())
+            row["cost_error_second_half"] = cost_error(reg, options, arm=ada).estimate
+        except NotMeasured as e:
+            row["rounds_why"] = str(e)
+        replies = reg.replies()
+        from adaspark.analysis.records import has_arm
+
+        row["over_pinned"] = {
+            f"{w} rows": asdict(_value(_compare(replies, ada, arm, options)))
+            for w, arm in pinned.items() if has_arm(replies, arm) and has_arm(replies, ada)}
+        for key, after in (("over_best", False), ("over_best_after_first", True)):
+            try:
+                row[key] = [asdict(v) for v in over_best_pinned(
+                    reg, options, block=block, bands=True, after_first=after)]
+            except NotMeasured as e:
+                row[key] = str(e)
+        out.append(row)
+    return out
+
+
+def width_markdown(rows: list[dict[str, Any]]) -> str:
+    """``paper/claims.md``'s section of the width claims' numbers per device model."""
+    if not rows:
+        return ""
+    lines = ["## The width claims in replay, per device model", "",
+             f"The {rows[0]['block']} block: AdaSpark over each pinned width and over the best "
+             "(geometric mean of per-reply ratios, 95% interval over conversations), over all "
+             "replies, per context band and after the first request (which holds the cold "
+             "start); the cold start itself; the cost estimate's median absolute error over the "
+             "second half of the run. All REPLAY: this machine's acceptance, the device model's "
+             "prices.", "",
+             "| device model | label | rounds | over best (all; bands) | after the first request"
+             " | over each pinned width | cold start: rounds, s of first request | cost error |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def vals(x: Any) -> str:
+        if isinstance(x, str):
+            return x
+        return "; ".join(f"{v['group']}: {Value(v['estimate'], v['lo'], v['hi']).text()}"
+                         for v in x)
+
+    for r in rows:
+        pinned = "; ".join(f"{k}: {Value(v['estimate'], v['lo'], v['hi']).text()}"
+                           for k, v in r["over_pinned"].items())
+        cold = (f"{r['cold_start_rounds']}, {r['cold_start_s']:.2f} of "
+                f"{r['first_request_s']:.2f} s" if "cold_start_rounds" in r else
+                r.get("rounds_why", ""))
+        err = f"{r['cost_error_second_half']:.2%}" if "cost_error_second_half" in r else "-"
+        lines.append(f"| {r['regime']} | {r['label']} | {r.get('rounds', '-')} | "
+                     f"{vals(r['over_best'])} | {vals(r['over_best_after_first'])} | {pinned} | "
+                     f"{cold} | {err} |")
+    return "\n".join(lines) + "\n"

@@ -248,6 +248,7 @@ class Labeller:
                 if self.drafted else "no-drafter")
         self.store = LabelStore(root / name, self.identity, restart=restart)
         self.spent = 0.0
+        self.spent_by_part: dict[str, float] = {}  # label_jointly: target and drafter seconds
 
     def _parts(self, label: bool = True) -> Any:
         from adaspark.rules.arms import build
@@ -351,10 +352,21 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
                      if labellers[j].drafted else 0) for j in which]
         return label_prompt_jointly(parts.target, drafters, prompt, n)
 
-    got, dt = ensure_labels([o.store for o in labellers], wants, make,
+    made: dict[int, list[PromptLabels]] = {}
+
+    def make_timed(prompt: list[int], n: int, which: list[int]) -> list[PromptLabels]:
+        labs = make(prompt, n, which)
+        for j, lab in zip(which, labs, strict=True):
+            made.setdefault(j, []).append(lab)
+        return labs
+
+    got, dt = ensure_labels([o.store for o in labellers], wants, make_timed,
                             log=log or lead.say)
-    for o in labellers:
+    for j, o in enumerate(labellers):
         o.spent += dt
+        for lab in made.get(j, []):  # the pass's time by part: the shared target, each drafter
+            for part, sec in lab.seconds.items():
+                o.spent_by_part[part] = o.spent_by_part.get(part, 0.0) + sec
     return got
 
 

@@ -31,7 +31,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,9 @@ class PromptLabels:
     blocks: np.ndarray
     probs: np.ndarray
     confidence: np.ndarray
+    #: Seconds the labelling pass spent, by part (``target``: its prefill and one-row verifies;
+    #: ``drafter``: this drafter's blocks); not stored, zero for labels read from a file.
+    seconds: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> str:
@@ -264,10 +267,15 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
     position serve them all. It does not stop at an end-of-generation token: a round's tree may
     reach past it. The labels stop, for every drafter, where the widest block no longer fits
     the target's context."""
+    t0 = time.perf_counter()
     target.prefill(prompt)
-    for drafter, _B in drafters:
+    target_s = time.perf_counter() - t0
+    drafter_s = [0.0 for _ in drafters]
+    for j, (drafter, _B) in enumerate(drafters):
         if drafter is not None:
+            t0 = time.perf_counter()
             drafter.begin(prompt)
+            drafter_s[j] += time.perf_counter() - t0
     widths = [B if drafter is not None else 0 for drafter, B in drafters]
     nxt: list[int] = []
     eog: list[bool] = []
@@ -276,27 +284,32 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
         committed = target.committed
         if target.n_ctx - len(committed) - 1 < max(1, *widths):  # the widest block must fit
             break
-        for (drafter, _B), B, (blocks, probs, conf) in zip(drafters, widths, drafted,
-                                                            strict=True):
+        for j, ((drafter, _B), B, (blocks, probs, conf)) in enumerate(zip(
+                drafters, widths, drafted, strict=True)):
             if B:
+                t0 = time.perf_counter()
                 b = drafter.draft(committed, B)
+                drafter_s[j] += time.perf_counter() - t0
                 blocks.append(b.tokens)
                 probs.append(b.probs)
                 conf.append(b.confidence)
+        t0 = time.perf_counter()
         res = target.verify(chain_tree(int(committed[-1]), []))
         tok = int(target.commit(res).tokens[0])
+        target_s += time.perf_counter() - t0
         nxt.append(tok)
         eog.append(bool(target.is_eog(tok)))
     m = len(nxt)
     out = []
-    for B, (blocks, probs, conf) in zip(widths, drafted, strict=True):
+    for B, (blocks, probs, conf), d_s in zip(widths, drafted, drafter_s, strict=True):
         K = blocks[0].shape[1] if blocks else 0
         out.append(PromptLabels(
             list(prompt), np.asarray(nxt, dtype=np.int64), np.asarray(eog, dtype=bool),
             np.asarray(blocks, dtype=np.int64).reshape(m, B, K) if B else
             np.zeros((m, 0, 0), dtype=np.int64),
             np.asarray(probs, dtype=np.float64).reshape(m, B, K) if B else np.zeros((m, 0, 0)),
-            np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0))))
+            np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)),
+            seconds={"target": target_s, "drafter": d_s}))
     return out
 
 

@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         metrics,
         read_ledger,
         replay_vs_real,
+        width_markdown,
+        width_report,
     )
     from adaspark.analysis.replay import read_summary, run_tok_per_s
     from adaspark.replay.settings import CPU_MEASURED
@@ -178,14 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     summary = read_summary(a.replay)
     regimes = [cpu_regime(a.runs, params, options), *replay_regimes(a.replay, summary)]
     claims = evaluate(ledger, regimes, options)
+    widths = width_report(regimes, options)
     decode = {arm: tps for arm in params.get("run_arms") or []
               if (tps := run_tok_per_s(a.runs / "arms" / arm)) == tps}  # NaN: not run
     reality = replay_vs_real(summary, decode, CPU_MEASURED,
                              (params.get("run") or {}).get("cap"))
     io.write_json(a.out / "claims.json", {"rule": RULE, "preset": options.preset,
                                           "target": options.target, "claims": claims,
-                                          "replay_vs_real": reality})
-    io.write_text(a.out / "claims.md", claims_markdown(claims, reality, regimes))
+                                          "replay_vs_real": reality, "width_replay": widths})
+    io.write_text(a.out / "claims.md", claims_markdown(claims, reality, regimes)
+                  + "\n" + width_markdown(widths))
     io.write_json(a.out / "metrics.json", metrics(claims, reality, decode))
     plot_data(a.out / "plots", a.runs, decode, claims)
     write_rounds_curves(a.out, a.replay, summary)

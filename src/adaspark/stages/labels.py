@@ -11,7 +11,9 @@ again as the deepest tree a rule can build past an anchor (the n-gram chains'
 are written per prompt as each is done: a killed stage resumes at the next prompt. Labels made
 with another target, drafter, build or decoding code are deleted and made again (as DVC reruns
 a stage whose inputs changed), never mixed with these. ``OUT/summary.json`` gives the time
-spent and the positions labelled per drafter. Drafters that share the target are labelled in one
+spent and the positions labelled per drafter, and the time per position by part (the target's
+share of the pass, this drafter's blocks: ``target_s_per_position``, ``drafter_s_per_position``,
+for the labels this run made). Drafters that share the target are labelled in one
 pass of it (:func:`adaspark.replay.command.label_jointly`: one prefill and one verify per position
 for all of them; ``labelled_with`` names the others, and each gets the pass's whole time).
 """
@@ -141,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                                         for lab in group],
                                 log=lambda m, g=tag: say(f"[{g}] {m}"))
             for lab, name, labs in zip(group, names, got, strict=True):
-                done[name] = {
+                made = sum(len(x.next) for x in labs.values())
+                parts = {f"{k}_s_per_position": round(v / made, 4)
+                         for k, v in lab.spent_by_part.items() if made}
+                done[name] = {**parts,
                     "arm": by_drafter[name], "directory": str(lab.store.dir),
                     "prompts": len(labs), "positions": sum(len(x.next) for x in labs.values()),
                     "reply_tokens": sum(len(t.tokens) for t in traces),
@@ -167,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"labels: {len(traces)} replies of {settings.replies_of} "
           f"({settings.subset}, cap {settings.cap}); "
           + "; ".join(f"{k}: {v['positions']} positions, {v['labelling_s']:.0f} s labelling"
+                      + (f" (per position: target {v['target_s_per_position']:.3f} s, this "
+                         f"drafter {v['drafter_s_per_position']:.3f} s)"
+                         if "drafter_s_per_position" in v else "")
                       for k, v in done.items())
           + (f"; not labelled: {', '.join(skipped)} (no drafter file)" if skipped else ""))
     return 0
