@@ -195,8 +195,11 @@ def test_the_width_report_gives_each_pinned_width_the_best_and_the_cold_start(tm
     worst = max(row["over_pinned"], key=lambda k: row["over_pinned"][k]["estimate"])
     assert worst == "16 rows", row["over_pinned"]
     (best_all, *bands) = row["over_best"]
+    assert len(bands) == 2, bands  # under and at-or-over the band edge
     # noise may put 5 or 8 rows level with 6; never the far widths
     assert best_all["group"] in {f"all replies (best {w} rows)" for w in (5, 6, 8)}, best_all
     assert math.isclose(best_all["estimate"], 1.0, abs_tol=0.03), best_all
     assert row["cold_start_rounds"] > 0 and 0 < row["cold_start_s"] <= row["first_request_s"]
+    assert row["rounds_after_first"] > 0 and sum(row["widths_after_first"].values()) <= 1
+    assert 0.5 < row["accepted_over_expected"] < 2 and row["estimate_over_charged"] > 0
     assert "| replay:synthetic | synthetic |" in cl.width_markdown([row])

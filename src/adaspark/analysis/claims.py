@@ -759,6 +759,7 @@ def width_report(regimes: list[Regime], options: Any,
             row["cold_start_s"] = float((cold["fixed_s"] + cold["measured_verify_s"]).sum())
             row["first_request_s"] = float((first["fixed_s"] + first["measured_verify_s"]).sum())
             row["cost_error_second_half"] = cost_error(reg, options, arm=ada).estimate
+            row |= after_first_diagnosis(rounds)
         except NotMeasured as e:
             row["rounds_why"] = str(e)
         replies = reg.replies()
@@ -777,6 +778,31 @@ def width_report(regimes: list[Regime], options: Any,
     return out
 
 
+def after_first_diagnosis(rounds: pd.DataFrame) -> dict[str, Any]:
+    """What AdaSpark did after its first request (item 5 of issue 33): the widths it chose most
+    (cold-start rounds left out), its cost model's estimate over the verify time it was charged
+    (median per round), and the draft tokens accepted over those its acceptance model expected
+    (pooled over the rounds the chooser set from S)."""
+    from adaspark.analysis.figures.fig8 import width_shares
+
+    later = rounds[rounds["request_id"] != rounds["request_id"].iloc[0]]
+    out: dict[str, Any] = {"rounds_after_first": len(later)}
+    if later.empty:
+        return out
+    shares = width_shares(later).sort_values(ascending=False)
+    out["widths_after_first"] = {int(w): round(float(v), 3) for w, v in shares.head(3).items()}
+    pred = later[later["predicted_verify_s"].notna() & (later["measured_verify_s"] > 0)]
+    if not pred.empty:
+        out["estimate_over_charged"] = float(
+            (pred["predicted_verify_s"].astype(float) / pred["measured_verify_s"]).median())
+    chosen = later[later["why"] == "choice"]
+    accepted = (chosen["accepted_drafter"] + chosen["accepted_agreed"]
+                + chosen["accepted_ngram"]).sum()
+    if float(chosen["s"].sum()) > 0:
+        out["accepted_over_expected"] = float(accepted / chosen["s"].sum())
+    return out
+
+
 def width_markdown(rows: list[dict[str, Any]]) -> str:
     """``paper/claims.md``'s section of the width claims' numbers per device model."""
     if not rows:
@@ -789,8 +815,9 @@ def width_markdown(rows: list[dict[str, Any]]) -> str:
              "second half of the run. All REPLAY: this machine's acceptance, the device model's "
              "prices.", "",
              "| device model | label | rounds | over best (all; bands) | after the first request"
-             " | over each pinned width | cold start: rounds, s of first request | cost error |",
-             "|---|---|---|---|---|---|---|---|"]
+             " | over each pinned width | cold start: rounds, s of first request | cost error |"
+             " widths after the first request | estimate / charged | accepted / expected |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def vals(x: Any) -> str:
         if isinstance(x, str):
@@ -805,7 +832,10 @@ def width_markdown(rows: list[dict[str, Any]]) -> str:
                 f"{r['first_request_s']:.2f} s" if "cold_start_rounds" in r else
                 r.get("rounds_why", ""))
         err = f"{r['cost_error_second_half']:.2%}" if "cost_error_second_half" in r else "-"
+        widths = ", ".join(f"{w} ({v:.0%})" for w, v in r.get("widths_after_first", {}).items())
+        est = (f"{r['estimate_over_charged']:.3f}" if "estimate_over_charged" in r else "-")
+        acc = (f"{r['accepted_over_expected']:.3f}" if "accepted_over_expected" in r else "-")
         lines.append(f"| {r['regime']} | {r['label']} | {r.get('rounds', '-')} | "
                      f"{vals(r['over_best'])} | {vals(r['over_best_after_first'])} | {pinned} | "
-                     f"{cold} | {err} |")
+                     f"{cold} | {err} | {widths or '-'} | {est} | {acc} |")
     return "\n".join(lines) + "\n"
