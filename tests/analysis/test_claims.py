@@ -203,3 +203,13 @@ def test_the_width_report_gives_each_pinned_width_the_best_and_the_cold_start(tm
     assert row["rounds_after_first"] > 0 and sum(row["widths_after_first"].values()) <= 1
     assert 0.5 < row["accepted_over_expected"] < 2 and row["estimate_over_charged"] > 0
     assert "| replay:synthetic | synthetic |" in cl.width_markdown([row])
+
+
+def test_replay_against_reality_splits_its_ratio_into_tokens_and_seconds_per_round():
+    summary = {"cap": 64, "reality": {"chain3": {"tokens_per_s": 8.0, "tokens_per_round": 2.0,
+                                                 "cap": 128}}}
+    (row,) = cl.replay_vs_real(summary, {"chain3": 10.0}, "cpu-measured", 128,
+                               {"chain3": 2.5})
+    # 0.8 = (2.0 / 2.5 tokens per round) / (1.0 seconds per round ratio)
+    assert row["replay_over_real"] == 0.8 and row["replay_cap"] == 128
+    assert row["tokens_per_round_ratio"] == 0.8 and row["seconds_per_round_ratio"] == 1.0

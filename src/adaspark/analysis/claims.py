@@ -580,10 +580,14 @@ def evaluate(ledger: Ledger, regimes: list[Regime], options: Any) -> list[dict[s
 
 
 def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, float],
-                   device: str, real_cap: int | None) -> list[dict[str, Any]]:
+                   device: str, real_cap: int | None,
+                   real_tokens_per_round: Mapping[str, float] | None = None
+                   ) -> list[dict[str, Any]]:
     """Each arm both run on this machine (``real_tok_s``: its decode tok/s) and replayed under
     ``device`` (the replay summary's ``tokens_per_s``), with their ratio and whether it is
-    within 5%."""
+    within 5%. Where the real run counted its rounds (``real_tokens_per_round``), the ratio is
+    split into its two factors: tokens per round (what was accepted) and seconds per round
+    (what the device model charged), replay over real."""
     if not summary:
         return []
     # the replay at the run's cap where the replay stage made one, else the labelled cap's
@@ -600,6 +604,13 @@ def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, f
                      "within_5pct": bool(abs(ratio - 1.0) <= 0.05 + 1e-9),
                      "device": device, "real_cap": real_cap,
                      "replay_cap": r.get("cap") or summary.get("cap")})
+        tpr = (real_tokens_per_round or {}).get(arm)
+        if tpr and r.get("tokens_per_round"):
+            tpr_ratio = float(r["tokens_per_round"]) / float(tpr)
+            rows[-1] |= {"real_tokens_per_round": round(float(tpr), 3),
+                         "replay_tokens_per_round": round(float(r["tokens_per_round"]), 3),
+                         "tokens_per_round_ratio": round(tpr_ratio, 4),
+                         "seconds_per_round_ratio": round(tpr_ratio / ratio, 4)}
     return rows
 
 
@@ -641,13 +652,17 @@ def claims_markdown(claims: list[dict[str, Any]], reality: list[dict[str, Any]],
               "decode tok/s. The replay's replies are the labelled run's (its own cap); the real"
               " run's are the run stage's (its cap).", "",
               "| arm | real tok/s | replay tok/s | replay / real | within 5% | caps (real, replay)"
-              " |", "|---|---|---|---|---|---|"]
+              " | tokens per round (real, replay) | replay / real: tokens per round, seconds per"
+              " round |", "|---|---|---|---|---|---|---|---|"]
     for r in reality:
+        split = (f"{r['real_tokens_per_round']:.2f}, {r['replay_tokens_per_round']:.2f} | "
+                 f"{r['tokens_per_round_ratio']:.3f}, {r['seconds_per_round_ratio']:.3f}"
+                 if "tokens_per_round_ratio" in r else "- | -")
         lines.append(f"| {r['arm']} | {r['real_tok_s']:.2f} | {r['replay_tok_s']:.2f} | "
                      f"{r['replay_over_real']:.3f} | {'yes' if r['within_5pct'] else 'no'} | "
-                     f"{r['real_cap']}, {r['replay_cap']} |")
+                     f"{r['real_cap']}, {r['replay_cap']} | {split} |")
     if not reality:
-        lines.append("| (no arm both run and replayed under cpu-measured) | | | | | |")
+        lines.append("| (no arm both run and replayed under cpu-measured) | | | | | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -137,6 +137,20 @@ def write_rounds_curves(out: Path, replay_dir: Path, summary: dict[str, Any] | N
     save(rounds_figure(curves), out, "claims-width-vs-rounds")
 
 
+def tokens_per_round(run_dir: Path) -> float | None:
+    """A run's committed tokens per round as its server counted them (our engine's arms; None
+    for llama-server's, which report none)."""
+    from adaspark.analysis.records import read_replies
+
+    if not (run_dir / "replies.parquet").is_file():
+        return None
+    r = read_replies(run_dir)
+    if "server_rounds" not in r.columns:
+        return None
+    rounds = pd.to_numeric(r["server_rounds"], errors="coerce").fillna(0).sum()
+    return float(r["completion_tokens"].sum() / rounds) if rounds > 0 else None
+
+
 def screen(claims: list[dict[str, Any]], reality: list[dict[str, Any]]) -> str:
     """The stage's one-screen summary."""
     from collections import Counter
@@ -184,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     decode = {arm: tps for arm in params.get("run_arms") or []
               if (tps := run_tok_per_s(a.runs / "arms" / arm)) == tps}  # NaN: not run
     reality = replay_vs_real(summary, decode, CPU_MEASURED,
-                             (params.get("run") or {}).get("cap"))
+                             (params.get("run") or {}).get("cap"),
+                             {arm: tpr for arm in decode
+                              if (tpr := tokens_per_round(a.runs / "arms" / arm))})
     io.write_json(a.out / "claims.json", {"rule": RULE, "preset": options.preset,
                                           "target": options.target, "claims": claims,
                                           "replay_vs_real": reality, "width_replay": widths})
