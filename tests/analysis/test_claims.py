@@ -213,3 +213,32 @@ def test_replay_against_reality_splits_its_ratio_into_tokens_and_seconds_per_rou
     # 0.8 = (2.0 / 2.5 tokens per round) / (1.0 seconds per round ratio)
     assert row["replay_over_real"] == 0.8 and row["replay_cap"] == 128
     assert row["tokens_per_round_ratio"] == 0.8 and row["seconds_per_round_ratio"] == 1.0
+
+
+def test_one_conversation_gives_no_interval_and_never_a_verdict():
+    from types import SimpleNamespace
+
+    c = SimpleNamespace(ratio=0.9, lo=0.9, hi=0.9, n_replies=2, n_conversations=1)
+    v = cl._value(c, "2,048 and over")
+    assert cl.verdict(v, cl.Bound(lo=0.997)) == cl.INCONCLUSIVE
+    rec = cl.value_record(v)
+    assert rec["lo"] is None and rec["hi"] is None and cl.value_of(rec) == v
+    assert "no interval" in v.text()
+
+
+def test_a_cold_start_cut_short_by_the_first_reply_is_not_measured():
+    import pandas as pd
+
+    def rounds(why_second: str) -> pd.DataFrame:
+        why = ["cold-start"] * 3 + ["choice", why_second, "choice"]
+        return pd.DataFrame({"request_id": ["a"] * 4 + ["b"] * 2, "why": why, "seq": range(6),
+                             "fixed_s": 0.01, "measured_verify_s": 0.03})
+
+    done = cl.Regime("replay:x", "replay", "reconstructed", None, rounds=lambda _a:
+                     rounds("choice"))
+    assert cl.cold_start(done, None, what="rounds", arm="adaspark").estimate == 3
+    assert cl.cold_start(done, None, what="share", arm="adaspark").estimate == 0.75
+    cut = cl.Regime("replay:x", "replay", "reconstructed", None, rounds=lambda _a:
+                    rounds("cold-start"))
+    with pytest.raises(cl.NotMeasured, match="ended inside the cold start"):
+        cl.cold_start(cut, None, what="rounds", arm="adaspark")

@@ -106,7 +106,25 @@ class Value:
     def text(self) -> str:
         if self.lo == self.hi:
             return f"{self.estimate:.4g}"
+        if math.isinf(self.lo) and math.isinf(self.hi):
+            return f"{self.estimate:.3f} (one conversation: no interval)"
         return f"{self.estimate:.3f} [{self.lo:.3f}, {self.hi:.3f}]"
+
+
+def value_record(v: Value) -> dict[str, Any]:
+    """A value as JSON holds it: an unbounded end of the interval is null."""
+    d = asdict(v)
+    for k in ("lo", "hi"):
+        if math.isinf(d[k]):
+            d[k] = None
+    return d
+
+
+def value_of(d: Mapping[str, Any]) -> Value:
+    """A :func:`value_record` back as a value (null ends unbounded)."""
+    lo = -math.inf if d.get("lo") is None else float(d["lo"])
+    hi = math.inf if d.get("hi") is None else float(d["hi"])
+    return Value(float(d["estimate"]), lo, hi, d.get("n"), d.get("group"))
 
 
 def verdict(value: Value, bound: Bound) -> str:
@@ -197,6 +215,11 @@ def _compare(replies: pd.DataFrame, a: str, b: str, options: Any, by: str | None
 
 
 def _value(c: Any, group: str | None = None) -> Value:
+    """A comparison as a value; with fewer than two conversations a bootstrap over
+    conversations has no spread, so the interval is unbounded (never a verdict on one
+    conversation)."""
+    if int(c.n_conversations) < 2:
+        return Value(float(c.ratio), -math.inf, math.inf, int(c.n_replies), group)
     return Value(float(c.ratio), float(c.lo), float(c.hi), int(c.n_replies), group)
 
 
@@ -361,6 +384,11 @@ def cold_start(regime: Regime, options: Any, *, what: str, arm: str) -> Measured
     r = _adaspark_rounds(regime, arm)
     first = r[r["request_id"] == r["request_id"].iloc[0]]
     cold = first["why"].isin(COLD_START)
+    spill = int(r["why"].isin(COLD_START).sum()) - int(cold.sum())
+    if spill > 0:
+        raise NotMeasured(f"the first request ended inside the cold start ({spill} cold-start "
+                          f"rounds came later; its {len(first)} rounds are too few: a longer "
+                          "first reply is needed)")
     if what == "rounds":
         return Value.point(int(cold.sum()), n=len(first))
     spent = first["fixed_s"].astype(float) + first["measured_verify_s"].astype(float)
@@ -513,8 +541,8 @@ class RegimeResult:
 
     @property
     def text(self) -> str:
-        return "; ".join((f"{v['group']}: " if v.get("group") else "") + Value(
-            v["estimate"], v["lo"], v["hi"]).text() for v in self.values)
+        return "; ".join((f"{v['group']}: " if v.get("group") else "") + value_of(v).text()
+                         for v in self.values)
 
 
 def judge(claim: Claim, regime: Regime, options: Any, targets: Mapping[str, str]) -> RegimeResult:
@@ -549,7 +577,7 @@ def judge(claim: Claim, regime: Regime, options: Any, targets: Mapping[str, str]
     if not values:
         res.why = "nothing left to measure"
         return res
-    res.values = [asdict(v) for v in values]
+    res.values = [value_record(v) for v in values]
     res.verdict = combine(verdict(v, bound) for v in values)
     return res
 
@@ -781,11 +809,11 @@ def width_report(regimes: list[Regime], options: Any,
         from adaspark.analysis.records import has_arm
 
         row["over_pinned"] = {
-            f"{w} rows": asdict(_value(_compare(replies, ada, arm, options)))
+            f"{w} rows": value_record(_value(_compare(replies, ada, arm, options)))
             for w, arm in pinned.items() if has_arm(replies, arm) and has_arm(replies, ada)}
         for key, after in (("over_best", False), ("over_best_after_first", True)):
             try:
-                row[key] = [asdict(v) for v in over_best_pinned(
+                row[key] = [value_record(v) for v in over_best_pinned(
                     reg, options, block=block, bands=True, after_first=after)]
             except NotMeasured as e:
                 row[key] = str(e)
@@ -837,12 +865,10 @@ def width_markdown(rows: list[dict[str, Any]]) -> str:
     def vals(x: Any) -> str:
         if isinstance(x, str):
             return x
-        return "; ".join(f"{v['group']}: {Value(v['estimate'], v['lo'], v['hi']).text()}"
-                         for v in x)
+        return "; ".join(f"{v['group']}: {value_of(v).text()}" for v in x)
 
     for r in rows:
-        pinned = "; ".join(f"{k}: {Value(v['estimate'], v['lo'], v['hi']).text()}"
-                           for k, v in r["over_pinned"].items())
+        pinned = "; ".join(f"{k}: {value_of(v).text()}" for k, v in r["over_pinned"].items())
         cold = (f"{r['cold_start_rounds']}, {r['cold_start_s']:.2f} of "
                 f"{r['first_request_s']:.2f} s" if "cold_start_rounds" in r else
                 r.get("rounds_why", ""))
