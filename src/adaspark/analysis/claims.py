@@ -555,8 +555,8 @@ def judge(claim: Claim, regime: Regime, options: Any, targets: Mapping[str, str]
         return res
     bound = claim.bound_for(regime.paper_target)
     if bound is None:
-        res.why = ("the paper's bound is per target, and this regime reconstructs none of its "
-                   "targets")
+        res.why = ("the paper's bound is per target, and it states none for "
+                   + (regime.paper_target or "a regime that reconstructs none of its targets"))
         return res
     res.bound = bound.text()
     args = {k: v for k, v in claim.measure.items() if k != "name"}
