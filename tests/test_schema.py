@@ -178,7 +178,7 @@ def test_non_finite_numbers_are_refused(value):
      "did you mean scheduler.cost_model.quantile_tau=0.2?"),
 ])
 def test_an_unknown_or_misplaced_key_is_refused_with_the_key_it_meant(command, override, meant):
-    from adaspark.schema import check_overrides
+    from adaspark.overrides import check_overrides
 
     with pytest.raises(ConfigError, match=meant.replace(".", r"\.").replace("?", r"\?")):
         check_overrides([override], command)
@@ -186,7 +186,7 @@ def test_an_unknown_or_misplaced_key_is_refused_with_the_key_it_meant(command, o
 
 @pytest.mark.parametrize("command", ["generate", "serve", "run", "replay", "config"])
 def test_config_groups_are_taken_by_every_command(command):
-    from adaspark.schema import check_overrides
+    from adaspark.overrides import check_overrides
 
     check_overrides(["target=tiny", "drafter=tiny-truncated", "arm=adaspark", "launcher=ray",
                      "preset=smoke", "run_arms=[ar]", "run.cap=16", "threads=2",

@@ -55,7 +55,8 @@ def cmd_models(args: list[str]) -> int:
 def cmd_generate(args: list[str]) -> int:
     """Decode one prompt with ``arm=``; ``json=true`` prints a JSON object last."""
     from adaspark.decoding.generate import run_generate
-    from adaspark.schema import check_overrides, validate
+    from adaspark.overrides import check_overrides
+    from adaspark.schema import validate
 
     check_overrides(args, "generate")
     cfg = compose(args)
@@ -72,7 +73,7 @@ def cmd_generate(args: list[str]) -> int:
 @command("dspark-file")
 def cmd_dspark_file(args: list[str]) -> int:
     """Write a DSpark drafter GGUF for the target (kind=random|oracle out=FILE ...)."""
-    from adaspark.decoding.drafter.dspark_file import cli_main
+    from adaspark.decoding.drafter.dspark_file_cli import cli_main
 
     return cli_main(args)
 
@@ -96,7 +97,8 @@ def cmd_device_source(args: list[str]) -> int:
 @command("config")
 def cmd_config(args: list[str]) -> int:
     """Print the composed config (``format=yaml``: as params.yaml), after checking it."""
-    from adaspark.schema import check_overrides, validate
+    from adaspark.overrides import check_overrides
+    from adaspark.schema import validate
 
     fmt = [a for a in args if a.startswith("format=")]
     if fmt and fmt[-1] not in ("format=yaml", "format=json"):
@@ -143,9 +145,10 @@ def cmd_run(args: list[str]) -> int:
     """Run ``run_arms=[a,b]`` over ``run.subset`` through their servers (out=DIR)."""
     from pathlib import Path
 
+    from adaspark.overrides import check_overrides
     from adaspark.runs.run import compose_for_run, run_arms
     from adaspark.runs.settings import RunError, RunSettings
-    from adaspark.schema import check_overrides, validate
+    from adaspark.schema import validate
 
     out = Path("runs/adhoc")
     rest = []

@@ -219,7 +219,7 @@ def test_one_conversation_gives_no_interval_and_never_a_verdict():
     from types import SimpleNamespace
 
     c = SimpleNamespace(ratio=0.9, lo=0.9, hi=0.9, n_replies=2, n_conversations=1)
-    v = cl._value(c, "2,048 and over")
+    v = cl.comparison_value(c, "2,048 and over")
     assert cl.verdict(v, cl.Bound(lo=0.997)) == cl.INCONCLUSIVE
     rec = cl.value_record(v)
     assert rec["lo"] is None and rec["hi"] is None and cl.value_of(rec) == v

@@ -77,8 +77,8 @@ BAD = [
     ("port", "abc", "an integer from 0 to 65535"),
     ("port", "70000", "an integer from 0 to 65535"),
     ("port", "1.5", "an integer from 0 to 65535"),
-    ("busy_wait_s", "-1", "a number >= 0"),
-    ("busy_wait_s", "soon", "a number >= 0"),
+    ("busy_wait_s", "-1", "a number (finite) >= 0"),
+    ("busy_wait_s", "soon", "a number (finite) >= 0"),
     ("warmup", "maybe", "true or false"),
     ("tool_fallback", "xml", "one of 'generic', 'none'"),
 ]

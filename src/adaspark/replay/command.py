@@ -372,7 +372,8 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     """``adaspark replay ...``: the arguments, the composed config, then :func:`replay_arm`."""
-    from adaspark.schema import check_arm, check_overrides, validate
+    from adaspark.overrides import check_overrides
+    from adaspark.schema import check_arm, validate
 
     mine, rest = _split(args, ("run_dir", "device", "out", "replies_of", "labels"))
     if "run_dir" not in mine:

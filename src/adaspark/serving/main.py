@@ -303,7 +303,8 @@ def serve_command(args: list[str]) -> int:
     :class:`ServeOptions` are the server's options; the rest compose ``conf/`` (``arm=NAME``
     picks the arm, ``exact=true|false`` the kernels)."""
     from adaspark.config import compose, split_words
-    from adaspark.schema import check_overrides, validate
+    from adaspark.overrides import check_overrides
+    from adaspark.schema import validate
 
     rest, words = split_words(args, {f.name for f in fields(ServeOptions)})
     opts = ServeOptions.from_overrides(words)

@@ -80,9 +80,6 @@ The K-1 siblings of a row are all tied at logit 0: nothing may be read from thei
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +87,6 @@ from typing import Any
 
 import numpy as np
 
-from adaspark.config import ConfigError
 from adaspark.decoding.drafter.gguf_meta import GGUFFormatError, GGUFMeta, read_meta
 from adaspark.io import atomic_path
 
@@ -622,98 +618,3 @@ def write_oracle(target_path: str | Path, out: str | Path, text: Sequence[int], 
         extra={KEY_KIND: "oracle", KEY_TEXT: list(table.text), KEY_FALLBACK: table.fallback,
                KEY_CORRUPT_AT: -1 if corrupt_at is None else int(corrupt_at)})
     return path, table
-
-
-# ---------------------------------------------------------------------------------------------
-# The command
-
-
-OWN_KEYS = ("kind", "out", "seed", "block", "layers", "n_layers", "rank", "corrupt_at",
-            "confidence", "mask", "n_text")
-
-
-def _int_list(key: str, v: str) -> tuple[int, ...]:
-    try:
-        got = tuple(int(x) for x in v.replace("[", "").replace("]", "").split(",") if x.strip())
-    except ValueError:
-        got = ()
-    if not got:
-        raise ConfigError(f"{key}={v!r}: give integers separated by commas, e.g. "
-                          f"{key}=2,15,28 (leave {key}= out for the default)")
-    return got
-
-
-def _int(key: str, v: str, *, min: int | None = None, max: int | None = None) -> int:
-    """``v`` as an integer within ``min``..``max`` (:func:`adaspark.schema.check_value`)."""
-    from adaspark.schema import check_value
-
-    try:
-        n = int(v)
-    except ValueError:
-        raise ConfigError(f"{key}={v!r} is not an integer") from None
-    meta = {k: b for k, b in (("min", min), ("max", max)) if b is not None}
-    return int(check_value(key, n, int, meta))
-
-
-def cli_main(args: list[str]) -> int:
-    """``adaspark dspark-file kind=random|oracle out=FILE [target=tiny] ...``: write a DSpark
-    file for the composed target. Keys: ``seed`` (random), ``block`` (8), ``layers`` (e.g.
-    2,15,28), ``n_layers`` (1), ``rank`` (random: 32; oracle: the text's need), ``confidence``
-    (true), ``mask``; the oracle reads ``prompt=``/``system=``/``chat=`` as ``generate`` does,
-    decodes ``n_text`` tokens (default ``max_tokens`` + block) greedily with our engine and
-    takes their successors; ``corrupt_at=i`` corrupts transition ``i``. Prints one JSON line."""
-    from adaspark import model_files
-    from adaspark.config import compose, split_words
-    from adaspark.decoding.drafter.dspark_predict import greedy_continuation
-    from adaspark.decoding.generate import prompt_tokens
-    from adaspark.schema import check_overrides, validate
-
-    rest, own = split_words(args, OWN_KEYS)
-    kind = own.get("kind", "")
-    if kind not in KINDS:
-        raise ConfigError(f"kind={kind!r}: dspark-file writes kind=random or kind=oracle")
-    if not own.get("out"):
-        raise ConfigError("out= is missing: name the GGUF file to write, e.g. out=dspark.gguf")
-    if Path(own["out"]).is_dir():
-        raise ConfigError(f"out={own['out']} is a directory: name the GGUF file to write, e.g. "
-                          f"out={Path(own['out']) / 'dspark.gguf'}")
-    conf = own.get("confidence", "true").lower()
-    if conf not in ("true", "false"):
-        raise ConfigError(f"confidence={conf!r}: true or false")
-    shape = DrafterShape(
-        block_size=_int("block", own.get("block", "8"), min=1, max=MAX_BLOCK_SIZE),
-        target_layers=_int_list("layers", own["layers"]) if "layers" in own else None,
-        n_layers=_int("n_layers", own.get("n_layers", "1"), min=1),
-        markov_rank=_int("rank", own.get("rank", "32"), min=1),
-        confidence_head=conf == "true",
-        mask_token_id=_int("mask", own["mask"]) if own.get("mask") else None)
-    check_overrides(rest, "generate")  # the target, the prompt keys and max_tokens
-    cfg = compose(rest)
-    validate(cfg, command="generate")
-    tpath, _ = model_files.resolve(cfg.target)
-    out = Path(own["out"])
-    summary: dict[str, Any] = {"kind": kind, "out": str(out), "target": str(tpath)}
-    if kind == "random":
-        write_random(tpath, out, seed=_int("seed", own.get("seed", "0")), shape=shape)
-    else:
-        from adaspark.decoding.engine import Target
-
-        n_text = _int("n_text", own.get("n_text", str(int(cfg.max_tokens) + shape.block_size)))
-        target = Target(tpath, int(cfg.target.n_ctx), exact=True)
-        try:
-            prompt = prompt_tokens(target, cfg)
-            text = greedy_continuation(target, prompt, n_text)
-        finally:
-            target.close()
-        _, table = write_oracle(
-            tpath, out, text, shape=shape,
-            corrupt_at=_int("corrupt_at", own["corrupt_at"]) if own.get("corrupt_at") else None,
-            rank=_int("rank", own["rank"], min=1) if own.get("rank") else None)
-        summary |= {"prompt_tokens": len(prompt), "text": list(table.text),
-                    "conflicts": list(table.conflicts), "corrupt_at": table.corrupt_at,
-                    "fallback": table.fallback}
-    info = check_dspark_file(out, tpath)
-    summary |= {"target_layers": list(info.target_layers), "block_size": info.block_size,
-                "markov_rank": info.markov_rank, "bytes": os.path.getsize(out)}
-    print(json.dumps(summary), file=sys.stdout)
-    return 0
