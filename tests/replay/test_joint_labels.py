@@ -154,3 +154,50 @@ def test_two_drafters_reading_the_target_take_two_passes(tmp_path, dspark_files)
     assert joint_groups(labs) == [[labs[0], labs[2]], [labs[1]]]
     with pytest.raises(ConfigError, match="joint_groups"):
         label_jointly(labs[:2], [[], []])
+
+
+def test_labels_over_a_known_text_are_the_labels_made_one_position_at_a_time(
+        tmp_path, dspark_files, tiny_target) -> None:
+    """The labels pass verifies a known reply in wide chains (``Target.follow``) and drafts a
+    draft model's block from the one before (``draft_next``): the labels are bit for bit those
+    of one-row verifies and whole blocks, past a chain's width, where the text leaves the
+    target's greedy text, and past its end."""
+    from adaspark.replay.command import joint_groups
+    from adaspark.replay.labels import label_prompt_jointly
+
+    prompt = tiny_target.tokenize("The history of the Roman Empire began")
+    kinds = (["drafter=tiny-truncated"], ["drafter=dspark", f"drafter.path={dspark_files[0]}"])
+    labs = [labeller(tmp_path / "known", kind) for kind in kinds]
+    try:
+        group = joint_groups(labs)[0]
+        target = group[0]._parts().target
+        drafters = [(lab.drafter_on(target), lab.block_positions) for lab in group]
+        n = 150
+        slow = label_prompt_jointly(target, drafters, prompt, n)
+        greedy = [int(t) for t in slow[0].next]
+        wrong = list(greedy[:100])
+        wrong[90] = (wrong[90] + 1) % 1000  # not the target's greedy token
+        for text in (greedy[:130], wrong):
+            fast = label_prompt_jointly(target, drafters, prompt, n, text)
+            for x, y in zip(slow, fast, strict=True):
+                assert len(x.next) == len(y.next) == n
+                for field in ("next", "next_eog", "blocks", "probs", "confidence"):
+                    assert np.array_equal(getattr(x, field), getattr(y, field)), field
+        # the draft model's shifted blocks are its whole blocks
+        drafter = next(d for d, _B in drafters if hasattr(d, "draft_next"))
+        drafter.begin(prompt)
+        text = prompt + greedy
+        prev = drafter.draft(text[:len(prompt)], 4)
+        reused = 0
+        for p in range(len(prompt) + 1, len(prompt) + 60):
+            b = drafter.draft_next(text[:p], 4, prev)
+            reused += int(prev.tokens[0, 0]) == text[p - 1]
+            prev = b
+            whole = drafter.draft(text[:p], 4)
+            assert np.array_equal(b.tokens, whole.tokens) and np.array_equal(b.probs,
+                                                                              whole.probs), p
+            prev = whole
+        assert reused > 0  # the shortcut was taken
+    finally:
+        for lab in labs:
+            lab.close()

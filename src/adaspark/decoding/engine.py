@@ -583,6 +583,30 @@ class Target(Model):
         self._decode_seq0(self.committed[self.n_kv : -1], self.n_kv)
         self.n_kv = self.n_past
 
+    def follow(self, text: Sequence[int]) -> Commit:
+        """Commit the longest prefix of ``text`` that is the target's greedy continuation and
+        the argmax after it (as :meth:`commit`), in one forward of the anchor and ``text`` written
+        straight into sequence 0, the rows past the first disagreement dropped: cells stay in
+        position order, and exact mode's rows are those of any batch of up to 63 rows (the
+        replay's labels of a known reply, :mod:`adaspark.replay.labels`)."""
+        if len(text) + 1 > self.max_rows or self.n_past + len(text) + 1 >= self.n_ctx:
+            raise EngineError(f"a text of {len(text)} tokens exceeds the verify's rows or the "
+                              "context")
+        self.flush()  # refuses a pending verify
+        P = self.n_past
+        rows = [self.committed[-1], *map(int, text)]
+        self._fill(rows, range(P, P + len(rows)), [[0]] * len(rows), [True] * len(rows))
+        self._decode()
+        argmax = self.logits(len(rows)).argmax(axis=1)
+        n = next((i for i in range(1, len(rows)) if int(argmax[i - 1]) != rows[i]), len(rows))
+        _llama().llama_memory_seq_rm(self.mem, 0, P + n, -1)
+        if self.on_committed_rows is not None:
+            self.on_committed_rows(list(range(n)), P)
+        new = (*rows[1:n], int(argmax[n - 1]))
+        self.committed.extend(new)
+        self.n_kv = P + n
+        return Commit(path=tuple(range(n)), tokens=new)
+
     def verify(self, tree: Tree, *, want_gaps: bool = False,
                want_logits: bool = False) -> VerifyResult:
         """One forward over every row of ``tree``; the state stays pending until

@@ -301,8 +301,9 @@ class Labeller:
             self.guest = (target, build_drafter(self.view, self.arm, target, exact=True)[0])
         return self.guest[1]
 
-    def labels(self, wants: list[tuple[list[int], int]]) -> dict[str, PromptLabels]:
-        return label_jointly([self], [wants], log=self.say)[0]
+    def labels(self, wants: list[tuple[list[int], int]],
+               texts: dict[str, list[int]] | None = None) -> dict[str, PromptLabels]:
+        return label_jointly([self], [wants], log=self.say, texts=texts)[0]
 
     def _close_guest(self) -> None:
         if self.guest is not None:
@@ -334,12 +335,15 @@ def joint_groups(labellers: list[Labeller]) -> list[list[Labeller]]:
 
 
 def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], int]]],
-                  log: Any = None) -> list[dict[str, PromptLabels]]:
+                  log: Any = None, texts: dict[str, list[int]] | None = None
+                  ) -> list[dict[str, PromptLabels]]:
     """Each labeller's labels over its ``wants`` (``(prompt, n)``), made in one pass of the
     target per prompt for all the labellers that need that prompt
     (:func:`~adaspark.replay.labels.label_prompt_jointly`). The labellers must share a target
     (:func:`joint_groups`); the first loads it. Each labeller's ``spent`` gets the whole pass's
-    time (the passes are shared, not split)."""
+    time (the passes are shared, not split). ``texts``: each prompt's reply where known (by
+    :func:`~adaspark.replay.labels.prompt_key`), verified in wide chains instead of one row
+    per position."""
     lead = labellers[0]
     if joint_groups(labellers) != [labellers]:
         raise ConfigError("these labellers cannot share one pass of the target (another target, "
@@ -350,7 +354,8 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
         parts = lead._parts()
         drafters = [(labellers[j].drafter_on(parts.target), labellers[j].block_positions
                      if labellers[j].drafted else 0) for j in which]
-        return label_prompt_jointly(parts.target, drafters, prompt, n)
+        return label_prompt_jointly(parts.target, drafters, prompt, n,
+                                    (texts or {}).get(prompt_key(prompt), ()))
 
     made: dict[int, list[PromptLabels]] = {}
 
@@ -368,6 +373,15 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
             for part, sec in lab.seconds.items():
                 o.spent_by_part[part] = o.spent_by_part.get(part, 0.0) + sec
     return got
+
+
+def reply_turn(request_id: str | None) -> tuple[str, str, int] | None:
+    """``(set, conversation, turn)`` of a run's request id
+    (:func:`adaspark.runs.rows.reply_id`), or None for a request a run did not name."""
+    parts = (request_id or "").split(".")
+    if len(parts) < 4 or not parts[-2].isdigit():
+        return None
+    return ".".join(parts[:-3]), parts[-3], int(parts[-2])
 
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
@@ -392,10 +406,13 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
 def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
                out: Path | None = None, replies_of: str | None = None,
                labels: Path | None = None, engine: bool = True, log: Any = None,
-               cap: int | None = None) -> dict[str, Any]:
+               cap: int | None = None,
+               conversations: set[tuple[str, str, int]] | None = None) -> dict[str, Any]:
     """Replay ``arm`` (under ``cfg``'s target, drafters and scheduler) over ``run_dir``'s
     replies of ``replies_of`` (default: its own) priced by ``device``; labels from ``labels``
     (default ``<run>/labels``), made on the engine when missing unless ``engine`` is false.
+    ``conversations``: only the replies of these ``(set, conversation, turn)`` (another run's
+    subset, to set the replay beside it), in their order.
     ``cap`` caps every reply below its recorded cap (the run stage's cap, to set a replay
     beside a real run of other caps). Writes the replay's trace, rows and summary under ``out``
     and returns the summary."""
@@ -411,6 +428,14 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
                           f"run; leave replies_of out, or name a device model")
     trace_dir = arm_trace_dir(run_dir, source)
     traces = read_traces(trace_dir)
+    if conversations is not None:
+        if device == "recorded":
+            raise ConfigError("a replay of some of the run's replies cannot be checked against "
+                              "the run's recorded rounds: name a device model")
+        traces = [t for t in traces if reply_turn(t.request_id) in conversations]
+        if not traces:
+            raise ConfigError(f"none of the replies in {trace_dir} is of the conversations "
+                              "asked for: the runs cover other subsets")
     if cap is not None:
         if device == "recorded":
             raise ConfigError("a cap other than the run's cannot be checked against the run's "
@@ -435,7 +460,8 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
                       ("target", "drafter") if device == "recorded" else ("target",))
         want = {t.seq: labeller.positions(t) for t in traces}
         for _attempt in range(MAX_RELABELS):
-            labels_of = labeller.labels([(t.prompt, want[t.seq]) for t in traces])
+            labels_of = labeller.labels([(t.prompt, want[t.seq]) for t in traces],
+                                        {prompt_key(t.prompt): t.tokens for t in traces})
             try:
                 replies = replay_all(arm, scheduler_mapping(labeller.view), traces, labels_of,
                                      pricer.fresh(), out_dir, max_rows)

@@ -258,15 +258,24 @@ class LabelStore:
 
 
 def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], prompt: list[int],
-                         n: int) -> list[PromptLabels]:
+                         n: int, text: Sequence[int] = ()) -> list[PromptLabels]:
     """Label ``n`` anchor positions after ``prompt`` on the engine for several drafters in one
     pass of the target: per position each drafter's full block (``drafters``: ``(drafter,
-    B)``, a drafter of None drafts nothing), then a one-row verify whose argmax is the label
-    (committed as the next token). The target's labels are the same for every drafter (a
-    drafter never changes what the target computes), so one prefill and one verify per
-    position serve them all. It does not stop at an end-of-generation token: a round's tree may
-    reach past it. The labels stop, for every drafter, where the widest block no longer fits
-    the target's context."""
+    B)``, a drafter of None drafts nothing) and the target's greedy token there (the label).
+    The target's labels are the same for every drafter (a drafter never changes what the target
+    computes), so one prefill and one pass of verifies serve them all. It does not stop at an
+    end-of-generation token: a round's tree may reach past it. The labels stop, for every
+    drafter, where the widest block no longer fits the target's context.
+
+    ``text``: the reply the labels are for, when known (an exact-mode greedy reply: the
+    target's argmax at each of its positions). The target then verifies it as a chain of up to
+    the exact path's width (``target.max_rows`` rows; a drafter that is always right), so a
+    position costs a share of a wide forward instead of a one-row verify of its own; exact
+    mode's rows are bit-identical in any batch of that width, so the labels (and a DSpark
+    drafter's features, injected one position at a time as the labels need them) are those of
+    one-row verifies. Where the target's argmax leaves ``text`` (not the target's greedy text),
+    the rest of ``text`` is dropped and the labels go on one row at a time, as they do past
+    its end."""
     t0 = time.perf_counter()
     target.prefill(prompt)
     target_s = time.perf_counter() - t0
@@ -277,38 +286,82 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
             drafter.begin(prompt)
             drafter_s[j] += time.perf_counter() - t0
     widths = [B if drafter is not None else 0 for drafter, B in drafters]
-    nxt: list[int] = []
-    eog: list[bool] = []
+    widest = max(1, *widths)
     drafted: list[tuple[list[Any], list[Any], list[Any]]] = [([], [], []) for _ in drafters]
-    for _ in range(n):
-        committed = target.committed
-        if target.n_ctx - len(committed) - 1 < max(1, *widths):  # the widest block must fit
-            break
+
+    def fits(committed: list[int]) -> bool:  # the widest block must fit after the anchor
+        return target.n_ctx - len(committed) - 1 >= widest
+
+    last: list[Block | None] = [None for _ in drafters]
+
+    def draft_all(committed: list[int]) -> None:
         for j, ((drafter, _B), B, (blocks, probs, conf)) in enumerate(zip(
                 drafters, widths, drafted, strict=True)):
             if B:
                 t0 = time.perf_counter()
-                b = drafter.draft(committed, B)
+                prev = last[j]
+                b = (drafter.draft_next(committed, B, prev)  # one position on: reuse its rows
+                     if prev is not None and hasattr(drafter, "draft_next")
+                     else drafter.draft(committed, B))
+                last[j] = b
                 drafter_s[j] += time.perf_counter() - t0
                 blocks.append(b.tokens)
                 probs.append(b.probs)
                 conf.append(b.confidence)
-        t0 = time.perf_counter()
-        res = target.verify(chain_tree(int(committed[-1]), []))
-        tok = int(target.commit(res).tokens[0])
-        target_s += time.perf_counter() - t0
-        nxt.append(tok)
-        eog.append(bool(target.is_eog(tok)))
+
+    inject = target.on_committed_rows  # a DSpark drafter's hook: fed one position at a time
+    injector = next((j for j, (d, _B) in enumerate(drafters)
+                     if inject is not None and getattr(d, "inject", None) == inject), None)
+    rows: list[tuple[list[int], int]] = []
+    known = [int(t) for t in text]
+    chain = target.max_rows - 1
+    nxt: list[int] = []
+    more = n > 0 and fits(target.committed)
+    if more:
+        draft_all(list(target.committed))
+    target.on_committed_rows = lambda r, p0: rows.append((list(r), p0))
+    try:
+        while more:
+            committed = target.committed
+            room = target.n_ctx - len(committed) - 1 - widest
+            ahead = known[len(nxt):len(nxt) + max(0, min(chain, n - len(nxt) - 1, room))]
+            rows.clear()
+            t0 = time.perf_counter()
+            if ahead:
+                new = list(target.follow(ahead).tokens)
+            else:
+                new = list(target.commit(target.verify(chain_tree(int(committed[-1]),
+                                                                  []))).tokens)
+            target_s += time.perf_counter() - t0
+            if new != known[len(nxt):len(nxt) + len(new)]:
+                known = []  # the target left the text (or it ended): one row at a time on
+            path, p0 = rows[0]
+            for i, tok in enumerate(new):
+                if inject is not None:
+                    t0 = time.perf_counter()
+                    inject([path[i]], p0 + i)
+                    if injector is not None:
+                        drafter_s[injector] += time.perf_counter() - t0
+                nxt.append(tok)
+                done = list(prompt) + nxt
+                more = len(nxt) < n and fits(done)
+                if not more:
+                    break
+                draft_all(done)
+    finally:
+        target.on_committed_rows = inject
+    eog = [bool(target.is_eog(t)) for t in nxt]
     m = len(nxt)
     out = []
     for B, (blocks, probs, conf), d_s in zip(widths, drafted, drafter_s, strict=True):
         K = blocks[0].shape[1] if blocks else 0
         out.append(PromptLabels(
             list(prompt), np.asarray(nxt, dtype=np.int64), np.asarray(eog, dtype=bool),
-            np.asarray(blocks, dtype=np.int64).reshape(m, B, K) if B else
+            np.asarray(blocks[:m], dtype=np.int64).reshape(m, B, K) if B else
             np.zeros((m, 0, 0), dtype=np.int64),
-            np.asarray(probs, dtype=np.float64).reshape(m, B, K) if B else np.zeros((m, 0, 0)),
-            np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)),
+            np.asarray(probs[:m], dtype=np.float64).reshape(m, B, K) if B else
+            np.zeros((m, 0, 0)),
+            np.asarray(conf[:m], dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)),
             seconds={"target": target_s, "drafter": d_s}))
     return out
 

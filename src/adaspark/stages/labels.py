@@ -109,6 +109,7 @@ def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any,
 @stage_main("labels")
 def main(argv: list[str] | None = None) -> int:
     from adaspark.replay.command import Labeller, arm_trace_dir, joint_groups, label_jointly
+    from adaspark.replay.labels import prompt_key
     from adaspark.replay.settings import read_replay_params
     from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{settings.replies_of}")
             got = label_jointly(group, [[(t.prompt, lab.positions(t, depth)) for t in traces]
                                         for lab in group],
-                                log=lambda m, g=tag: say(f"[{g}] {m}"))
+                                log=lambda m, g=tag: say(f"[{g}] {m}"),
+                                texts={prompt_key(t.prompt): t.tokens for t in traces})
             for lab, name, labs in zip(group, names, got, strict=True):
                 made = sum(len(x.next) for x in labs.values())
                 parts = {f"{k}_s_per_position": round(v / made, 4)

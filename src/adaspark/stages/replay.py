@@ -133,6 +133,18 @@ def fig5_prompts(cfg: Any, params: dict[str, Any], labels: Path, device: str, ou
 
 
 @stage_main("replay")
+def run_turns(params: dict[str, Any]) -> set[tuple[str, str, int]]:
+    """The ``(set, conversation, turn)`` the run stage's subset covers (``run.subset``): the
+    replies a replay is set beside the real runs on."""
+    from adaspark.runs.conversation import plan_subset
+    from adaspark.runs.settings import RunSettings
+    from adaspark.testset import load_checked_sets
+
+    settings = RunSettings.from_config(params)
+    plan = plan_subset(load_checked_sets(settings.testset_dir()), settings.subset)
+    return {(p.set_name, p.conversation.name, t) for p in plan for t in range(p.n_turns)}
+
+
 def main(argv: list[str] | None = None) -> int:
     from adaspark.analysis.replay import screen_summary
     from adaspark.replay.command import replay_arm, survey_device
@@ -223,13 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     reality: dict[str, dict[str, Any]] = {}
     run_cap = int((params.get("run") or {}).get("cap") or 0) or None
     if CPU_MEASURED in s.devices:
+        in_run = run_turns(params)
         for name in [n for n in arms if n in (params.get("run_arms") or [])]:
             arm = arm_config(cfg, ArmEntry.parse(name))
             out = a.out / CPU_MEASURED / REALITY_DIR / name
             shutil.rmtree(out, ignore_errors=True)
             reality[name] = replay_arm(cfg, arm, a.runs, device=files[CPU_MEASURED], out=out,
                                        replies_of=s.replies_of, labels=a.labels, engine=False,
-                                       log=quiet, cap=run_cap) | {"cap": run_cap}
+                                       log=quiet, cap=run_cap, conversations=in_run
+                                       ) | {"cap": run_cap}
             say(f"replay at the run's cap {run_cap}: {name} under {CPU_MEASURED}: "
                 f"{reality[name]['tokens_per_s']:.1f} tok/s")
     from adaspark.analysis.replay import write_figures

@@ -6,6 +6,8 @@
 - ``heldout``: the other conversations of the test set (31, 61 turns; §4.1, Table 5).
 - ``short``: the first two turns of the first conversation of each source (11 timed replies; the
   instrumented subset of §4 and the default pipeline subset).
+- ``replay``: ``short``, then the first two turns of five more Spec-Bench categories' first
+  conversations (the default replay's labelled run: enough rounds for the width claims).
 - ``smoke``: the first turn of the first Spec-Bench and of the first ToolACE conversation (CI).
 - ``all``: the whole test set (73 conversations, 148 turns; Table 5).
 
@@ -115,6 +117,35 @@ def short(sets: Sequence[SetFile]) -> Subset:
     return Subset("short", "first two turns of the first conversation of each source (§4)", items)
 
 
+#: Spec-Bench conversations ``replay`` adds after ``short`` (its first conversation of each
+#: further category, in order, up to this many): short prompts, long replies.
+REPLAY_EXTRA = 6
+
+
+def replay(sets: Sequence[SetFile]) -> Subset:
+    """``short``, then the first two turns of the first conversation of each further Spec-Bench
+    category (the first :data:`REPLAY_EXTRA`): the default pipeline's labelled run, whose replay
+    must give AdaSpark 2,000 rounds (issue 33). ``short``'s replies come first, so a replay of
+    the first ``short`` replies sets itself beside the run stage's real runs of ``short``.
+    Spec-Bench's prompts are short and its replies long: a reply's rounds cost labels, a prompt's
+    tokens exact-mode prefill (27 tok/s here) in the labelled run and again in the labels."""
+    base = short(sets)
+    seen = {(i.set_name, i.conversation) for i in base.items}
+    extra: list[SubsetItem] = []
+    for s in sets:
+        if s.name != "specbench":
+            continue
+        kinds: set[str] = {c.kind for c in s.conversations if (s.name, c.name) in seen}
+        for c in s.conversations:
+            if c.kind in kinds or len(extra) == REPLAY_EXTRA or is_placeholder(c):
+                continue
+            kinds.add(c.kind)
+            extra.append(item(s.name, c, 2))
+    return Subset("replay", "short, then the first two turns of the first conversation of "
+                  f"each further Spec-Bench category (the first {REPLAY_EXTRA})",
+                  base.items + tuple(extra))
+
+
 def smoke(sets: Sequence[SetFile], sources: Iterable[str] = ("specbench", "toolace")) -> Subset:
     by_name = {s.name: s for s in sets}
     missing = [n for n in sources if n not in by_name or not by_name[n].conversations]
@@ -135,6 +166,7 @@ SUBSETS: dict[str, Callable[[Sequence[SetFile]], Subset]] = {
     "evaluation": evaluation,
     "heldout": heldout,
     "short": short,
+    "replay": replay,
     "smoke": smoke,
     "all": whole,
 }

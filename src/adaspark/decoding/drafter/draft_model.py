@@ -100,6 +100,29 @@ class DraftModelDrafter(Drafter):
         return Block(toks, probs, probs[:, 0].copy(), draft_s=time.perf_counter() - t0)
 
 
+    def draft_next(self, committed: list[int], n_positions: int, previous: Block) -> Block:
+        """The block at ``committed`` when ``previous`` was this drafter's last block, drafted
+        at ``committed[:-1]``, and its pick at row 0 is ``committed[-1]``: then this block's
+        first rows are ``previous``'s later rows (the same one-token decodes of the same tokens
+        at the same positions over the same cells) and only its last row needs a step. The
+        replay's labels draft at every position of a text (:mod:`adaspark.replay.labels`), so
+        where the drafter's first pick is right a position costs one step instead of a block;
+        otherwise (or when the drafter's cache is not that of ``previous``) this is
+        :meth:`draft`. Either way the block is :meth:`draft`'s."""
+        picks = [int(t) for t in previous.tokens[:, 0]]
+        B = len(picks)
+        if (B != n_positions or B < 2 or picks[0] != committed[-1]
+                or self.cached != [*committed[:-1], *picks[:-1]]
+                or len(committed) + n_positions >= self.model.n_ctx):
+            return self.draft(committed, n_positions)
+        t0 = time.perf_counter()
+        toks = np.zeros((n_positions, self.top_k), dtype=np.int64)
+        probs = np.zeros((n_positions, self.top_k))
+        toks[:-1], probs[:-1] = previous.tokens[1:], previous.probs[1:]
+        toks[-1], probs[-1] = top_k_softmax(self._step(picks[-1]), self.top_k)
+        return Block(toks, probs, probs[:, 0].copy(), draft_s=time.perf_counter() - t0)
+
+
 def check_same_vocab(target: list[bytes], drafter: list[bytes], drafter_name: str) -> None:
     """Refuse a drafter whose token list differs from the target's, naming the first
     differing id."""
