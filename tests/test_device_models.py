@@ -183,3 +183,44 @@ def test_a_non_finite_coefficient_is_not_called_negative(value):
     with pytest.raises(DeviceModelError, match=r"alpha_ms=\[10.0,(nan|inf),40.0\] is not "
                                                r"allowed: .* a list of numbers \(finite\)"):
         model(**{"verify.alpha_ms": [10.0, value, 40.0]})
+
+
+def test_d_is_priced_by_drafter_kind_and_positions_drafted():
+    """A model's ``drafters:`` prices D per kind: fixed + per position (a draft model's block is
+    one forward per position, a DSpark block one forward); a kind not listed pays draft_ms."""
+    from adaspark.replay.prices import DevicePrices
+
+    d = model(drafters={"draft-model": {"per_position_ms": 25.0},
+                        "dspark": {"fixed_ms": 15.0}})
+    assert d.draft_s_of("draft-model", 3) == pytest.approx(0.075)
+    assert d.draft_s_of("draft-model", 4) == pytest.approx(0.100)
+    assert d.draft_s_of("dspark", 4) == d.draft_s_of("dspark", 1) == pytest.approx(0.015)
+    assert d.draft_s_of("other", 4) == d.draft_s_of(None, 4) == pytest.approx(0.002)
+    chain = DevicePrices(d).for_drafter("draft-model")
+    assert chain.price(0, 4, 100, 3).draft_s == pytest.approx(0.075)
+    assert chain.price(1, 4, 100, 0).draft_s == 0.0  # no block drafted this round
+    assert chain.fresh().price(0, 4, 100, 3).draft_s == pytest.approx(0.075)  # kind kept
+    with pytest.raises(DeviceModelError, match=r"drafters\.dspark"):
+        model(drafters={"dspark": {"fixed_ms": -1.0}})
+    with pytest.raises(DeviceModelError, match=r"drafters\.dspark"):
+        model(drafters={"dspark": {"fixed": 1.0}})
+
+
+def test_cpu_measured_d_per_kind_is_fitted_from_a_trace_of_each_kind():
+    from adaspark.replay.command import drafter_time
+    from adaspark.runs.round_trace import RequestTrace, TraceRow
+
+    def trace(times_and_picks):
+        rows = [TraceRow(round_index=i, anchor_pos=0, anchor=0, picks=list(range(n)), rows=1,
+                         accepted=0, committed=1, verify_s=0.01, fixed_s=t, draft_s=t,
+                         commit_s=0.0, round_s=t + 0.01)
+                for i, (t, n) in enumerate(times_and_picks)]
+        return [RequestTrace(seq=0, request_id=None, prompt=[1], tokens=[], max_tokens=1,
+                             stop="length", exact=False, rounds=rows)]
+
+    rounds = [(0.100, 4), (0.075, 3), (0.050, 2), (0.120, 4), (0.0, 0)]
+    dm = drafter_time("draft-model", trace(rounds))
+    assert (dm.fixed_ms, dm.per_position_ms) == (0.0, pytest.approx(25.0))
+    ds = drafter_time("dspark", trace(rounds))
+    assert (ds.fixed_ms, ds.per_position_ms) == (pytest.approx(87.5), 0.0)
+    assert drafter_time("dspark", trace([(0.0, 0)])) is None

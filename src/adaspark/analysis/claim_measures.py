@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -204,28 +205,46 @@ def adaspark_rounds(regime: Regime, arm: str) -> pd.DataFrame:
     return r.sort_values("seq")
 
 
+@dataclass(frozen=True)
+class ColdStart:
+    """The first request's cold start (§4.6): its rounds at a width chosen for measurement, the
+    time they took (verify plus the drafter and tree build, D) and the first request's;
+    ``later``: cold-start rounds of later requests (the first ended inside its cold start)."""
+
+    rounds: int
+    seconds: float
+    first_request_rounds: int
+    first_request_s: float
+    later: int
+
+
+def first_cold_start(rounds: pd.DataFrame) -> ColdStart:
+    """The cold start of the first request of AdaSpark's ``rounds``."""
+    from adaspark.analysis.records import COLD_START
+
+    first = rounds[rounds["request_id"] == rounds["request_id"].iloc[0]]
+    cold = first["why"].isin(COLD_START)
+    later = int(rounds["why"].isin(COLD_START).sum()) - int(cold.sum())
+    spent = first["fixed_s"].astype(float) + first["measured_verify_s"].astype(float)
+    return ColdStart(int(cold.sum()), float(spent[cold].sum()), len(first), float(spent.sum()),
+                     later)
+
+
 @measure("cold_start")
 def cold_start(regime: Regime, options: Any, *, what: str, arm: str) -> Measured:
     """The first request's cold start (§4.6): its rounds at a width chosen for measurement
-    (``rounds``), or their time over the first request's decode time (``share``: verify plus
-    the drafter and tree build, D, of every round)."""
-    from adaspark.analysis.records import COLD_START
-
-    r = adaspark_rounds(regime, arm)
-    first = r[r["request_id"] == r["request_id"].iloc[0]]
-    cold = first["why"].isin(COLD_START)
-    spill = int(r["why"].isin(COLD_START).sum()) - int(cold.sum())
-    if spill > 0:
-        raise NotMeasured(f"the first request ended inside the cold start ({spill} cold-start "
-                          f"rounds came later; its {len(first)} rounds are too few: a longer "
-                          "first reply is needed)")
+    (``rounds``), or their time over the first request's decode time (``share``); not measured
+    when the first request ended inside it."""
+    c = first_cold_start(adaspark_rounds(regime, arm))
+    if c.later > 0:
+        raise NotMeasured(f"the first request ended inside the cold start ({c.later} cold-start "
+                          f"rounds came later; its {c.first_request_rounds} rounds are too few: "
+                          "a longer first reply is needed)")
     if what == "rounds":
-        return Value.point(int(cold.sum()), n=len(first))
-    spent = first["fixed_s"].astype(float) + first["measured_verify_s"].astype(float)
-    total = float(spent.sum())
-    if total <= 0:
+        return Value.point(c.rounds, n=c.first_request_rounds)
+    if c.first_request_s <= 0:
         raise NotMeasured("the first request's rounds record no time")
-    return Value.point(float(spent[cold].sum()) / total, n=len(first))
+    return Value.point(c.seconds / c.first_request_s, n=c.first_request_rounds)
 
 
 @measure("cost_error")

@@ -15,6 +15,7 @@ from adaspark.analysis.claim_measures import (
     compare_arms,
     comparison_value,
     cost_error,
+    first_cold_start,
     over_best_pinned,
     pinned_arms,
 )
@@ -100,13 +101,11 @@ def width_report(regimes: list[Regime], options: Any,
         try:
             rounds = adaspark_rounds(reg, ada)
             row["rounds"] = len(rounds)
-            first = rounds[rounds["request_id"] == rounds["request_id"].iloc[0]]
-            from adaspark.analysis.records import COLD_START
-
-            cold = first[first["why"].isin(COLD_START)]
-            row["cold_start_rounds"] = len(cold)
-            row["cold_start_s"] = float((cold["fixed_s"] + cold["measured_verify_s"]).sum())
-            row["first_request_s"] = float((first["fixed_s"] + first["measured_verify_s"]).sum())
+            cold = first_cold_start(rounds)
+            row["cold_start_rounds"] = cold.rounds
+            row["cold_start_s"] = cold.seconds
+            row["first_request_s"] = cold.first_request_s
+            row["cold_start_later_rounds"] = cold.later  # > 0: the first reply ended inside it
             row["cost_error_second_half"] = cost_error(reg, options, arm=ada).estimate
             row |= after_first_diagnosis(rounds)
         except NotMeasured as e:
@@ -176,7 +175,10 @@ def width_markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         pinned = "; ".join(f"{k}: {value_of(v).text()}" for k, v in r["over_pinned"].items())
         cold = (f"{r['cold_start_rounds']}, {r['cold_start_s']:.2f} of "
-                f"{r['first_request_s']:.2f} s" if "cold_start_rounds" in r else
+                f"{r['first_request_s']:.2f} s"
+                + (f" (+{r['cold_start_later_rounds']} in later requests: the first reply "
+                   "ended inside it)" if r.get("cold_start_later_rounds") else "")
+                if "cold_start_rounds" in r else
                 r.get("rounds_why", ""))
         err = f"{r['cost_error_second_half']:.2%}" if "cost_error_second_half" in r else "-"
         widths = ", ".join(f"{w} ({v:.0%})" for w, v in r.get("widths_after_first", {}).items())

@@ -144,12 +144,34 @@ def pricer_for(device: str, traces: list[RequestTrace]) -> Pricer:
     return DevicePrices(load_device(device))
 
 
-def survey_device(path: Path, traces: list[RequestTrace], *, name: str) -> Any:
+def drafter_time(kind: str, traces: list[RequestTrace]) -> Any:
+    """D of a drafter ``kind`` from its drafted rounds in ``traces``: the median time of a
+    block for a kind whose block is one forward (DSpark), else the median time per drafted
+    position (a draft model: one forward per position), as
+    :class:`~adaspark.replay.device.DrafterTime`; None without drafted rounds."""
+    from adaspark.decoding.drafter.base import DRAFTERS
+    from adaspark.replay.device import DrafterTime
+
+    drafted = [r for t in traces for r in t.rounds if r.picks]
+    if not drafted:
+        return None
+    if getattr(DRAFTERS.get(kind), "one_forward", False):
+        return DrafterTime(fixed_ms=float(np.median([r.draft_s for r in drafted])) * 1e3)
+    return DrafterTime(per_position_ms=float(np.median([r.draft_s / len(r.picks)
+                                                        for r in drafted])) * 1e3)
+
+
+def survey_device(path: Path, traces: list[RequestTrace], *, name: str,
+                  by_kind: dict[str, list[RequestTrace]] | None = None) -> Any:
     """The ``measured`` device model of a survey file (its per-width verify law) with the D and
-    host time per round of ``traces`` (their drafted rounds' medians)."""
+    host time per round of ``traces`` (their drafted rounds' medians), and D per drafter kind
+    from ``by_kind``'s traces (:func:`drafter_time`)."""
     import pandas as pd
 
     from adaspark.replay.device import device_from_survey
+
+    times = {k: t for k, ts in (by_kind or {}).items()
+             if (t := drafter_time(k, ts)) is not None}
 
     if not path.is_file():
         raise ConfigError(f"device=survey:{path}: {path} does not exist (a survey stage's "
@@ -163,7 +185,8 @@ def survey_device(path: Path, traces: list[RequestTrace], *, name: str) -> Any:
         host_ms=max(host, 0.0),
         timing_source=f"medians over the drafted rounds of {traces[0].meta.get('arm', 'the')} "
                       f"run's trace ({len(drafted)} rounds, "
-                      f"{'exact' if traces[0].exact else 'fast'} mode)" if traces else "none")
+                      f"{'exact' if traces[0].exact else 'fast'} mode)" if traces else "none",
+        drafters=times or None)
 
 
 def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestTrace],
@@ -454,6 +477,8 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
 
     # labels: from the store beside the run, else on the engine in exact mode
     labeller = Labeller(cfg, arm, label_root, engine=engine, log=say)
+    pricer = pricer.for_drafter(labeller.identity.get("drafter_kind") if labeller.drafted
+                                else None)
     labels_of: dict[str, PromptLabels] = {}
     try:
         _check_models(traces, labeller.models,

@@ -4,8 +4,10 @@ a device, so that labels recorded on this machine can be replayed under another 
 A model is a file of ``conf/device/``: the verify time T(n rows, context) as the paper's row
 classes (§3.2) with Eq. (3)'s per-class fit ``T_k(c) = alpha_k + beta_k * c`` — a verify of n rows
 costs what the class of the smallest listed width at or above n costs, so T is flat inside a
-class and steps between classes, as Eq. (2) describes — plus the drafter's time D per round, a
-per-round host term (the scheduler's own time, which whole-round rho counts) and an optional
+class and steps between classes, as Eq. (2) describes — plus the drafter's time D per round
+(``draft_ms``, or per drafter kind ``drafters:``, a fixed part and a part per drafted position:
+a draft model's block is one forward per position, a DSpark block one forward), a per-round host
+term (the scheduler's own time, which whole-round rho counts) and an optional
 multiplicative noise with its own seed. ``label`` says where the numbers come from
 (``measured`` on a named machine, ``reconstructed`` from the paper's figures, ``synthetic``) and
 ``sources`` where each one was read, so a replay's outputs can say so wherever they are shown.
@@ -59,6 +61,17 @@ class Noise:
 
 
 @dataclass(frozen=True)
+class DrafterTime:
+    """D for one drafter kind: ``fixed_ms + per_position_ms * positions`` per drafted round."""
+
+    fixed_ms: float = spec(min=0.0, default=0.0)
+    per_position_ms: float = spec(min=0.0, default=0.0)
+
+    def ms(self, positions: int) -> float:
+        return self.fixed_ms + self.per_position_ms * positions
+
+
+@dataclass(frozen=True)
 class DeviceModel:
     """One ``conf/device/<name>.yaml``, checked (:func:`device_from_mapping`)."""
 
@@ -73,6 +86,9 @@ class DeviceModel:
     paper_target: str | None = None
     noise: Noise = field(default_factory=Noise)
     sources: dict[str, str] = field(default_factory=dict)
+    #: D by drafter kind (``draft-model``, ``dspark``; :data:`adaspark.decoding.drafter.base.
+    #: DRAFTERS`); a kind not listed pays ``draft_ms``.
+    drafters: dict[str, DrafterTime] = field(default_factory=dict)
     #: The model's content hash (:func:`content_sha256`): two files with one ``name:`` and other
     #: numbers are told apart wherever the name is shown.
     sha256: str = ""
@@ -110,6 +126,12 @@ class DeviceModel:
     @property
     def draft_s(self) -> float:
         return self.draft_ms / 1e3
+
+    def draft_s_of(self, kind: str | None, positions: int) -> float:
+        """D of a round that drafted ``positions`` positions with a drafter of ``kind``: its
+        entry of ``drafters``, else ``draft_ms``."""
+        t = self.drafters.get(kind or "")
+        return (t.ms(positions) if t is not None else self.draft_ms) / 1e3
 
     @property
     def host_s(self) -> float:
@@ -185,8 +207,15 @@ def _device(raw: Any, where: str) -> DeviceModel:
     if "sha256" in raw:
         raise DeviceModelError(f"{where}.sha256 is set in the file: a device model's hash is "
                                "computed from its content; remove the key")
-    top = check_group(DeviceModel, {k: v for k, v in raw.items() if k not in ("verify", "noise")},
+    top = check_group(DeviceModel, {k: v for k, v in raw.items()
+                                    if k not in ("verify", "noise", "drafters")},
                       where, extra="refuse", partial=True)
+    drafters = raw.get("drafters") or {}
+    if not isinstance(drafters, dict):
+        raise DeviceModelError(f"{where}.drafters must map a drafter kind to its fixed_ms and "
+                               "per_position_ms")
+    times = {str(k): check_group(DrafterTime, v, f"{where}.drafters.{k}", extra="refuse")
+             for k, v in drafters.items()}
     if top["label"] not in LABELS:
         raise DeviceModelError(f"{where}.label={top['label']!r}: one of {', '.join(LABELS)}")
     if top["label"] != "synthetic" and not top.get("sources"):
@@ -199,7 +228,7 @@ def _device(raw: Any, where: str) -> DeviceModel:
         draft_ms=float(top["draft_ms"]), host_ms=float(top["host_ms"]),
         description=top.get("description"), paper_target=top.get("paper_target"), noise=noise,
         sources={str(k): str(v) for k, v in (top.get("sources") or {}).items()},
-        sha256=content_sha256(raw))
+        drafters=times, sha256=content_sha256(raw))
 
 
 def content_sha256(raw: Any) -> str:
@@ -236,14 +265,15 @@ def load_device(name_or_path: str) -> DeviceModel:
 
 
 def device_from_survey(survey: Any, *, name: str, source: str, draft_ms: float, host_ms: float,
-                       timing_source: str) -> DeviceModel:
+                       timing_source: str, drafters: dict[str, DrafterTime] | None = None
+                       ) -> DeviceModel:
     """A ``measured`` device model from a survey of this project (``survey.parquet``'s rows,
     :mod:`adaspark.analysis.survey`): one row class per surveyed width, each with Eq. (3)'s
     least-squares line over the surveyed contexts (Table 1's fit). A width surveyed at one
     context only gets that time and no slope; a fitted slope below 0 (noise on a flat law) or an
     intercept below 0 is set to 0, and ``sources`` says which. ``draft_ms`` and ``host_ms`` come
     from elsewhere (a run's round trace: ``timing_source`` names it), as the survey times verifies
-    only."""
+    only; ``drafters``, D by drafter kind, from the same traces."""
     from adaspark.analysis.survey import fit_context_law, survey_medians
 
     med = survey_medians(survey)
@@ -275,4 +305,8 @@ def device_from_survey(survey: Any, *, name: str, source: str, draft_ms: float, 
         "rows": rows, "alpha_ms": alphas, "beta_ms_per_1k": betas},
         "draft_ms": round(float(draft_ms), 4), "host_ms": round(float(host_ms), 4),
         "description": f"fitted from {source}", "sources": sources}
+    if drafters:
+        raw["drafters"] = {k: {"fixed_ms": round(t.fixed_ms, 4),
+                               "per_position_ms": round(t.per_position_ms, 4)}
+                           for k, t in drafters.items()}
     return device_from_mapping(raw, where=name)

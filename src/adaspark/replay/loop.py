@@ -78,7 +78,8 @@ def replay_reply(rule: WidthRule, labels: PromptLabels, max_tokens: int, pricer:
             block = labels.block(anchor_pos, want)
         plan = rule.plan(state, block)
         rows = plan.tree.n_rows
-        times = pricer.price(i, rows, len(committed), block is not None)
+        times = pricer.price(i, rows, len(committed),
+                             0 if block is None else int(block.tokens.shape[0]))
         if block is not None:
             block.draft_s = times.draft_s
         path = accepted_rows(plan.tree, labels, anchor_pos)

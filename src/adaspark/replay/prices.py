@@ -9,7 +9,8 @@ and ``round_s`` (the whole round, which rho is priced over, §3.4).
   run's trace (:mod:`adaspark.runs.round_trace`), by round index. It supplies times only; trees,
   accepted paths and committed tokens come from the rule and the labels.
 - :class:`DevicePrices`: a device model's (:mod:`adaspark.replay.device`): T(n rows, context),
-  the drafter's D on drafted rounds, a host term every round, seeded noise.
+  the drafter's D on drafted rounds (by its kind and the positions drafted, where the model
+  lists the kind), a host term every round, seeded noise.
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ class Pricer(Protocol):
         """The same prices from their start (a noise source back at its seed)."""
         ...
 
-    def price(self, round_index: int, rows: int, context: int, drafted: bool) -> RoundTimes: ...
+    def for_drafter(self, kind: str | None) -> Pricer:
+        """The same prices for an arm whose drafter is of ``kind`` (None: no drafter)."""
+        ...
+
+    def price(self, round_index: int, rows: int, context: int, drafted: int) -> RoundTimes:
+        """The times of a round of ``rows`` verify rows at ``context`` tokens that drafted
+        ``drafted`` block positions (0: no drafter ran)."""
+        ...
 
 
 class RecordedPrices:
@@ -66,7 +74,10 @@ class RecordedPrices:
     def begin_request(self, seq: int) -> None:
         self.current = self.by_seq[seq]
 
-    def price(self, round_index: int, rows: int, context: int, drafted: bool) -> RoundTimes:
+    def for_drafter(self, kind: str | None) -> RecordedPrices:
+        return self
+
+    def price(self, round_index: int, rows: int, context: int, drafted: int) -> RoundTimes:
         assert self.current is not None
         rounds = self.current.rounds
         if not rounds:
@@ -77,12 +88,14 @@ class RecordedPrices:
 
 class DevicePrices:
     """A device model's prices: ``verify_s = T(rows, context)``, ``draft_s = D`` on a drafted
-    round (0 otherwise), ``fixed_s = draft_s + host``, ``round_s = fixed_s + verify_s``; each
-    priced time times its own noise factor, drawn in round order from the model's seed (so the
-    same labels, model and seed give the same records)."""
+    round (0 otherwise; the drafter kind's D for the positions drafted where the model lists the
+    kind, :meth:`DeviceModel.draft_s_of`), ``fixed_s = draft_s + host``, ``round_s = fixed_s +
+    verify_s``; each priced time times its own noise factor, drawn in round order from the
+    model's seed (so the same labels, model and seed give the same records)."""
 
-    def __init__(self, model: DeviceModel) -> None:
+    def __init__(self, model: DeviceModel, drafter: str | None = None) -> None:
         self.model = model
+        self.drafter = drafter
         self.name = model.name
         self.label = model.label
         self.sha256 = model.sha256
@@ -92,12 +105,16 @@ class DevicePrices:
         pass
 
     def fresh(self) -> DevicePrices:
-        return DevicePrices(self.model)
+        return DevicePrices(self.model, self.drafter)
 
-    def price(self, round_index: int, rows: int, context: int, drafted: bool) -> RoundTimes:
+    def for_drafter(self, kind: str | None) -> DevicePrices:
+        return DevicePrices(self.model, kind)
+
+    def price(self, round_index: int, rows: int, context: int, drafted: int) -> RoundTimes:
         m = self.model
         verify = m.verify_s(rows, context) * self.noise.factor()
-        draft = m.draft_s * self.noise.factor() if drafted else 0.0
+        draft = (m.draft_s_of(self.drafter, int(drafted)) * self.noise.factor() if drafted
+                 else 0.0)
         host = m.host_s * self.noise.factor()
         fixed = draft + host
         return RoundTimes(verify, fixed, draft, 0.0, fixed + verify)

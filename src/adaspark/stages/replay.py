@@ -65,6 +65,29 @@ def timing_traces(timing: Path, labelled: Path, arm: str) -> Path:
         return arm_trace_dir(labelled, arm)
 
 
+def timing_by_kind(cfg: Any, timing: Path) -> dict[str, list[Any]]:
+    """The fast-mode round traces in ``timing`` (the instrumented runs) by drafter kind, the
+    first arm of each kind (sorted by name): cpu-measured's D per kind."""
+    from adaspark.config import ConfigError
+    from adaspark.replay.command import arm_trace_dir
+    from adaspark.rules.arms import make_arm_rule
+    from adaspark.runs.round_trace import read_traces
+    from adaspark.runs.settings import ArmEntry, arm_config
+    from adaspark.schema import arm_view, scheduler_mapping
+
+    out: dict[str, list[Any]] = {}
+    for d in sorted(p for p in timing.glob("*") if p.is_dir()) if timing.is_dir() else []:
+        try:
+            arm = arm_config(cfg, ArmEntry.parse(d.name))
+            traces = read_traces(arm_trace_dir(timing, d.name))
+        except ConfigError:
+            continue  # not an arm of this config, or no trace
+        view = arm_view(cfg, arm)
+        if traces and make_arm_rule(arm, scheduler_mapping(view)).uses_drafter:
+            out.setdefault(str(view.drafter.kind), traces)
+    return out
+
+
 def write_device(path: Path, model: Any) -> Path:
     """A device model as a ``conf/device/`` file (one that :func:`load_device` reads back)."""
     raw = dataclasses.asdict(model)
@@ -179,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == CPU_MEASURED:
             model = survey_device(a.survey / "survey.parquet",
                                   read_traces(timing_traces(a.timing, a.runs, s.replies_of)),
-                                  name=CPU_MEASURED)
+                                  name=CPU_MEASURED, by_kind=timing_by_kind(cfg, a.timing))
             path = write_device(a.out / DEVICES_DIR / f"{CPU_MEASURED}.yaml", model)
             model = load_device(str(path))  # the file it wrote is the one replayed
         else:

@@ -79,6 +79,10 @@ class Drafter(ABC):
     #: Whether the drafter reads the target's hidden states (a hook on the target's committed
     #: rows, set before its first prefill): one such drafter per target.
     reads_target: bool = False
+    #: Whether a block of any length is one forward (DSpark: its time does not grow with the
+    #: positions drafted); else one forward per position (a draft model). Replay's device
+    #: models price D by it (:mod:`adaspark.replay.device`).
+    one_forward: bool = False
 
     @abstractmethod
     def begin(self, prompt: list[int]) -> None: ...

@@ -95,6 +95,7 @@ class DSparkDrafter(Drafter):
 
     name = "dspark"
     reads_target = True
+    one_forward = True
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, top_k: int = 8,
                  threads: int | None = None, target_vocab: list[bytes] | None = None,
