@@ -41,6 +41,7 @@ from adaspark.replay.labels import (
 from adaspark.replay.loop import ReplayedReply, replay_reply
 from adaspark.replay.prices import DevicePrices, Pricer, RecordedPrices
 from adaspark.runs.round_trace import TRACE_DIR, RequestTrace, read_traces, write_request
+from adaspark.runs.rows import reply_turn
 from adaspark.runs.store import ROWS_FILE
 
 #: Positions labelled past a reply's last token at first (a tree reaching deeper asks for more).
@@ -396,15 +397,6 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
             for part, sec in lab.seconds.items():
                 o.spent_by_part[part] = o.spent_by_part.get(part, 0.0) + sec
     return got
-
-
-def reply_turn(request_id: str | None) -> tuple[str, str, int] | None:
-    """``(set, conversation, turn)`` of a run's request id
-    (:func:`adaspark.runs.rows.reply_id`), or None for a request a run did not name."""
-    parts = (request_id or "").split(".")
-    if len(parts) < 4 or not parts[-2].isdigit():
-        return None
-    return ".".join(parts[:-3]), parts[-3], int(parts[-2])
 
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:

@@ -289,8 +289,8 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
     widest = max(1, *widths)
     drafted: list[tuple[list[Any], list[Any], list[Any]]] = [([], [], []) for _ in drafters]
 
-    def fits(committed: list[int]) -> bool:  # the widest block must fit after the anchor
-        return target.n_ctx - len(committed) - 1 >= widest
+    def room(committed: list[int]) -> int:  # positions left past the widest block's
+        return target.n_ctx - len(committed) - 1 - widest
 
     last: list[Block | None] = [None for _ in drafters]
 
@@ -316,15 +316,15 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
     known = [int(t) for t in text]
     chain = target.max_rows - 1
     nxt: list[int] = []
-    more = n > 0 and fits(target.committed)
+    more = n > 0 and room(target.committed) >= 0
     if more:
         draft_all(list(target.committed))
     target.on_committed_rows = lambda r, p0: rows.append((list(r), p0))
     try:
         while more:
             committed = target.committed
-            room = target.n_ctx - len(committed) - 1 - widest
-            ahead = known[len(nxt):len(nxt) + max(0, min(chain, n - len(nxt) - 1, room))]
+            ahead = known[len(nxt):len(nxt) + max(0, min(chain, n - len(nxt) - 1,
+                                                         room(committed)))]
             rows.clear()
             t0 = time.perf_counter()
             if ahead:
@@ -344,7 +344,7 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
                         drafter_s[injector] += time.perf_counter() - t0
                 nxt.append(tok)
                 done = list(prompt) + nxt
-                more = len(nxt) < n and fits(done)
+                more = len(nxt) < n and room(done) >= 0
                 if not more:
                     break
                 draft_all(done)
@@ -357,11 +357,10 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
         K = blocks[0].shape[1] if blocks else 0
         out.append(PromptLabels(
             list(prompt), np.asarray(nxt, dtype=np.int64), np.asarray(eog, dtype=bool),
-            np.asarray(blocks[:m], dtype=np.int64).reshape(m, B, K) if B else
+            np.asarray(blocks, dtype=np.int64).reshape(m, B, K) if B else
             np.zeros((m, 0, 0), dtype=np.int64),
-            np.asarray(probs[:m], dtype=np.float64).reshape(m, B, K) if B else
-            np.zeros((m, 0, 0)),
-            np.asarray(conf[:m], dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)),
+            np.asarray(probs, dtype=np.float64).reshape(m, B, K) if B else np.zeros((m, 0, 0)),
+            np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)),
             seconds={"target": target_s, "drafter": d_s}))
     return out
 

@@ -162,3 +162,12 @@ def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv:
 def reply_id(set_name: str, conversation: str, turn: int, reply: int) -> str:
     """The request id a reply is sent with (names its per-round log part and its summary)."""
     return f"{set_name}.{conversation}.{turn}.{reply}"
+
+
+def reply_turn(request_id: str | None) -> tuple[str, str, int] | None:
+    """``(set, conversation, turn)`` of a request id :func:`reply_id` made, or None for a
+    request a run did not name."""
+    parts = (request_id or "").split(".")
+    if len(parts) < 4 or not parts[-2].isdigit():
+        return None
+    return ".".join(parts[:-3]), parts[-3], int(parts[-2])
