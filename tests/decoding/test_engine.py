@@ -333,3 +333,40 @@ def test_past_512_cells_a_one_row_verify_equals_a_row_of_a_wider_batch(tiny_targ
         assert np.array_equal(after(1), after(3))
     finally:
         t.discard()
+
+
+def test_a_backlog_and_tree_past_63_rows_flush_first_and_keep_logits_exact(tiny_target):
+    """Exact mode decodes the previous round's accepted path again at the head of the next
+    verify's batch; when that backlog and the tree would make a batch of more than 63 rows, the
+    backlog is flushed in a forward of its own, so every batch stays on the exact path. Chains of
+    the greedy text committed in rounds of [62, 10, 3] and [20, 50, 2] rows (whose backlog and
+    tree make 72 and 70 rows) give the logits of one-row rounds bit for bit, past 512 cells. The
+    old test of the flush (backlog cells + rows against the anchor's position plus 63) never fired
+    and gave logits up to 1.3 apart."""
+    t = tiny_target
+    base = _prompt(t, PROMPTS[0])
+    prompt = (base * (600 // len(base) + 1))[:600]
+    t.reset()
+    t.prefill(prompt)
+    ref = []
+    for _ in range(75):
+        res = t.verify(chain_tree(t.committed[-1], []), want_logits=True)
+        ref.append(res.logits[0].copy())
+        t.commit(res)
+    greedy = t.committed[len(prompt):]
+    try:
+        for sizes in ([62, 10, 3], [20, 50, 2]):
+            t.reset()
+            t.prefill(prompt)
+            at = 0
+            for n in sizes:
+                res = t.verify(chain_tree(t.committed[-1], greedy[at : at + n - 1]),
+                               want_logits=True)
+                for k in range(n):
+                    assert np.array_equal(res.logits[k], ref[at + k]), (
+                        f"rounds {sizes}: row {k} of the {n}-row round differs from one-row "
+                        "rounds")
+                assert len(t.commit(res).path) == n
+                at += n
+    finally:
+        t.discard()

@@ -628,7 +628,7 @@ class Target(Model):
         if P + max(depths) >= self.n_ctx:
             raise EngineError(f"context full: {P} + {max(depths) + 1} rows > n_ctx {self.n_ctx}")
         t_build = time.perf_counter()
-        if self.n_kv + tree.n_rows > P + self.max_rows:
+        if P - self.n_kv + tree.n_rows > self.max_rows:
             self.flush()  # backlog and tree together would leave the exact path's widths
         backlog = self.committed[self.n_kv : -1]
         if tree.n_rows == 1:
