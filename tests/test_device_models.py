@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 from adaspark.replay.device import DeviceModelError, device_from_mapping, load_device
@@ -96,19 +97,44 @@ def _survey(law):
     return pd.DataFrame(rows)
 
 
-def test_a_survey_gives_a_measured_device_model_with_its_laws():
-    """Known laws in, the same alphas and betas out (dropped first rounds ignored); a falling
-    slope is set to 0 and the sources say so."""
+def test_a_survey_gives_a_measured_device_model_through_its_points():
+    """Known times in, the same times out at the surveyed contexts (dropped first rounds
+    ignored), straight lines between them and along the end segments beyond (a falling end
+    segment flat); between surveyed widths, the straight line."""
     from adaspark.replay.device import device_from_survey
 
     law = {1: (39.0, 2.0), 8: (120.0, 6.5), 16: (150.0, -1.0)}
     m = device_from_survey(_survey(law), name="here", source="s.parquet", draft_ms=80.0,
                            host_ms=0.4, timing_source="a run")
     assert m.label == "measured" and m.verify.rows == [1, 8, 16]
-    assert m.verify.alpha_ms[:2] == pytest.approx([39.0, 120.0])
-    assert m.verify.beta_ms_per_1k == pytest.approx([2.0, 6.5, 0.0])
-    assert "16" in m.sources["clamped"] and m.draft_ms == 80.0
-    assert m.verify_s(5, 1000) == pytest.approx((120.0 + 6.5) / 1e3)  # the 8-row class
+    assert m.verify.contexts == [400, 1600, 8400] and not m.verify.alpha_ms
+    assert m.verify_s(8, 1600) == pytest.approx((120.0 + 6.5 * 1.6) / 1e3)
+    assert m.verify_s(5, 1000) == pytest.approx((39.0 + 2.0 + 4 / 7 * (81.0 + 4.5)) / 1e3)
+    assert m.verify.shape == "linear"  # 5 rows: 4/7 of the way from 1 row to 8 rows
+    assert m.verify_s(1, 100) == pytest.approx((39.0 + 0.2) / 1e3)     # the first segment on
+    assert m.verify_s(16, 100) == pytest.approx((150.0 - 0.4) / 1e3)   # a falling one: flat
+    assert m.verify_s(16, 12000) == pytest.approx((150.0 - 8.4) / 1e3)
+    assert m.draft_ms == 80.0 and "joined by straight lines" in m.sources["verify"]
+
+
+def test_measured_points_bend_where_one_line_cannot():
+    """A law that steepens with context (flat, then rising) is priced on its points, where
+    Eq. (3)'s single least-squares line over them misses at both ends; a file gives lines or
+    points, not both."""
+    from adaspark.replay.device import polyline_ms
+
+    contexts, ms = [443.0, 1596.0, 8444.0], [190.0, 200.0, 600.0]
+    assert polyline_ms(contexts, ms, 443) == 190.0
+    assert polyline_ms(contexts, ms, 1019.5) == pytest.approx(195.0)
+    assert polyline_ms(contexts, ms, 100) == pytest.approx(190.0 - 343 * 10 / 1153)
+    assert polyline_ms([443.0, 1596.0], [100.0, 400.0], 0) == 50.0  # half the least
+    b, a = np.polyfit(contexts, ms, 1)
+    assert abs(a + b * 443 - 190) > 0.1 * 190  # the one line misses the short end's point
+    with pytest.raises(DeviceModelError, match=r"either as Eq. \(3\)'s line"):
+        model(**{"verify.contexts": [400.0], "verify.ms": [[1.0], [2.0], [3.0]]})
+    with pytest.raises(DeviceModelError, match="one time per context"):
+        model(**{"verify.alpha_ms": [], "verify.beta_ms_per_1k": [],
+                 "verify.contexts": [400.0, 800.0], "verify.ms": [[1.0, 2.0], [2.0], [3.0, 4]]})
 
 
 def test_a_linear_model_interpolates_between_its_widths():

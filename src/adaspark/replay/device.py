@@ -38,17 +38,46 @@ class DeviceModelError(ConfigError):
 
 @dataclass(frozen=True)
 class VerifyClasses:
-    """T(n, c) by row class (§3.2, Eq. 3): ``rows[k]`` is class k's top width (increasing), and a
-    verify of n rows, ``rows[k-1] < n <= rows[k]``, costs ``alpha_ms[k] + beta_ms_per_1k[k] *
-    c / 1000`` at c tokens of context."""
+    """T(n, c) by row class (§3.2): ``rows[k]`` is class k's top width (increasing), and a
+    verify of n rows, ``rows[k-1] < n <= rows[k]``, costs class k's time at c tokens of context:
+    Eq. (3)'s line ``alpha_ms[k] + beta_ms_per_1k[k] * c / 1000`` (the paper's fit: the
+    reconstructed models), or, where ``contexts`` and ``ms`` are given instead (a survey's
+    measured points: ``cpu-measured``), the polyline through ``ms[k][j]`` at ``contexts[j]``,
+    extended past the end points along its first and last segments (:func:`polyline_ms`)."""
 
     rows: list[int]
-    alpha_ms: list[float]
-    beta_ms_per_1k: list[float]
-    #: ``step``: flat inside a class (Eq. 2's dense kernels); ``linear``: alpha and beta
+    alpha_ms: list[float] = field(default_factory=list)
+    beta_ms_per_1k: list[float] = field(default_factory=list)
+    #: ``step``: flat inside a class (Eq. 2's dense kernels); ``linear``: the class times
     #: interpolated between the listed widths, for a routed target whose time rises with every
     #: row (§3.2); below the first width, the first width's price.
     shape: Literal["step", "linear"] = "step"
+    contexts: list[float] = field(default_factory=list, metadata={"increasing": "strict",
+                                                                   "min": 0})
+    ms: list[list[float]] = field(default_factory=list)
+
+    def class_ms(self, k: int, context: float) -> float:
+        """Class k's time at ``context`` tokens (ms)."""
+        if self.ms:
+            return polyline_ms(self.contexts, self.ms[k], context)
+        return self.alpha_ms[k] + self.beta_ms_per_1k[k] * context / 1000.0
+
+
+def polyline_ms(contexts: list[float], ms: list[float], context: float) -> float:
+    """The time at ``context`` on the line through the measured points ``(contexts[j], ms[j])``:
+    linear between two points, along the first (last) segment before the first (after the last)
+    point, its slope taken as 0 where it falls (a slope below 0 is noise on a rising law), and
+    never below the smallest measured time's half (a floor for a steep first segment read far
+    below its first point). One point: that time at every context."""
+    if len(contexts) == 1:
+        return ms[0]
+    j = int(np.clip(np.searchsorted(contexts, context) - 1, 0, len(contexts) - 2))
+    c0, c1, y0, y1 = contexts[j], contexts[j + 1], ms[j], ms[j + 1]
+    slope = (y1 - y0) / (c1 - c0)
+    if (context < c0 or context > c1) and slope < 0:
+        slope = 0.0
+    at = y0 + slope * (context - c0) if context <= c1 else y1 + slope * (context - c1)
+    return max(at, 0.5 * min(ms))
 
 
 @dataclass(frozen=True)
@@ -115,13 +144,13 @@ class DeviceModel:
         """Eq. (3) for the class of ``n_rows`` at ``context`` tokens, in seconds (no noise)."""
         k = self.class_of(n_rows)
         v = self.verify
-        alpha, beta = v.alpha_ms[k], v.beta_ms_per_1k[k]
+        t = v.class_ms(k, context)
         if v.shape == "linear" and k > 0:
             lo = v.rows[k - 1]
             f = (n_rows - lo) / (v.rows[k] - lo)
-            alpha = v.alpha_ms[k - 1] + f * (alpha - v.alpha_ms[k - 1])
-            beta = v.beta_ms_per_1k[k - 1] + f * (beta - v.beta_ms_per_1k[k - 1])
-        return (alpha + beta * context / 1000.0) / 1e3
+            below = v.class_ms(k - 1, context)
+            t = below + f * (t - below)
+        return t / 1e3
 
     @property
     def draft_s(self) -> float:
@@ -161,29 +190,44 @@ def _check_classes(raw: Any, where: str) -> VerifyClasses:
     n = len(v.rows)
     if n == 0:
         raise DeviceModelError(f"{where}.rows is empty: list each class's top width")
-    for key in ("alpha_ms", "beta_ms_per_1k"):
-        if len(getattr(v, key)) != n:
-            raise DeviceModelError(f"{where}.{key} has {len(getattr(v, key))} values for "
-                                   f"{n} classes ({where}.rows): give one per class")
     if v.rows[0] < 1 or any(b <= a for a, b in zip(v.rows, v.rows[1:], strict=False)):
         raise DeviceModelError(f"{where}.rows={v.rows}: the classes' top widths must be at least "
                                "1 and strictly increasing")
-    for key in ("alpha_ms", "beta_ms_per_1k"):
-        for k, x in enumerate(getattr(v, key)):
-            if not math.isfinite(x):
-                raise DeviceModelError(
-                    f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time must be a "
-                    "finite number of milliseconds (>= 0)")
-            if x < 0:
-                raise DeviceModelError(
-                    f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time cannot be "
-                    "negative; a source that reports a negative slope gives 0 here, and the "
-                    "file's sources say so")
+    lines, points = bool(v.alpha_ms or v.beta_ms_per_1k), bool(v.contexts or v.ms)
+    if lines == points:
+        raise DeviceModelError(
+            f"{where}: give each class's time either as Eq. (3)'s line (alpha_ms and "
+            "beta_ms_per_1k) or as measured points (contexts and ms), "
+            + ("not both" if lines else "one of the two"))
+    values: list[tuple[str, int, float]] = []
+    if lines:
+        for key in ("alpha_ms", "beta_ms_per_1k"):
+            if len(getattr(v, key)) != n:
+                raise DeviceModelError(f"{where}.{key} has {len(getattr(v, key))} values for "
+                                       f"{n} classes ({where}.rows): give one per class")
+            values += [(key, k, x) for k, x in enumerate(getattr(v, key))]
+    else:
+        if not v.contexts or len(v.ms) != n or any(len(m) != len(v.contexts) for m in v.ms):
+            raise DeviceModelError(
+                f"{where}.ms must hold one list per class ({n}, {where}.rows) of one time per "
+                f"context of {where}.contexts ({len(v.contexts)})")
+        values += [("ms", k, x) for k, m in enumerate(v.ms) for x in m]
+    for key, k, x in values:
+        if not math.isfinite(x):
+            raise DeviceModelError(
+                f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time must be a "
+                "finite number of milliseconds (>= 0)")
+        if x < 0:
+            raise DeviceModelError(
+                f"{where}.{key}[{k}] (the {v.rows[k]}-row class) is {x}: a time cannot be "
+                "negative; a source that reports a negative slope gives 0 here, and the "
+                "file's sources say so")
     if v.shape not in ("step", "linear"):
         raise DeviceModelError(f"{where}.shape={v.shape!r}: step (flat inside a class) or linear "
                                "(interpolated between the listed widths)")
     return VerifyClasses([int(r) for r in v.rows], [float(a) for a in v.alpha_ms],
-                         [float(b) for b in v.beta_ms_per_1k], v.shape)
+                         [float(b) for b in v.beta_ms_per_1k], v.shape,
+                         [float(c) for c in v.contexts], [[float(x) for x in m] for m in v.ms])
 
 
 def device_from_mapping(raw: Any, where: str = "device") -> DeviceModel:
@@ -268,43 +312,45 @@ def device_from_survey(survey: Any, *, name: str, source: str, draft_ms: float, 
                        timing_source: str, drafters: dict[str, DrafterTime] | None = None
                        ) -> DeviceModel:
     """A ``measured`` device model from a survey of this project (``survey.parquet``'s rows,
-    :mod:`adaspark.analysis.survey`): one row class per surveyed width, each with Eq. (3)'s
-    least-squares line over the surveyed contexts (Table 1's fit). A width surveyed at one
-    context only gets that time and no slope; a fitted slope below 0 (noise on a flat law) or an
-    intercept below 0 is set to 0, and ``sources`` says which. ``draft_ms`` and ``host_ms`` come
-    from elsewhere (a run's round trace: ``timing_source`` names it), as the survey times verifies
-    only; ``drafters``, D by drafter kind, from the same traces."""
-    from adaspark.analysis.survey import fit_context_law, survey_medians
+    :mod:`adaspark.analysis.survey`): one row class per surveyed width, whose time is the
+    polyline through the width's median verify time at each surveyed context, and a width
+    between two surveyed ones priced on the straight line between them (``shape: linear``).
+    Both follow what was measured here: one least-squares line per width over 443-8,444 tokens
+    charged a 4-row verify about 210 ms at the short subset's contexts against about 145 ms
+    measured in a run, and the 8-row class's price for a 5-row verify was 362 ms against 230 ms
+    measured (the line from 4 to 8 rows gives 229); on this CPU a verify's time rises with every
+    row. A survey of every width (a device profile's 1-64) gives each its own time, so the
+    shape between widths matters only for a survey of a few. A width surveyed at fewer contexts
+    than the others is read off its own points at the missing ones, and ``sources`` says which.
+    ``draft_ms`` and ``host_ms`` come from elsewhere (a run's round trace: ``timing_source``
+    names it), as the survey times verifies only; ``drafters``, D by drafter kind, from the same
+    traces."""
+    from adaspark.analysis.survey import survey_medians
 
     med = survey_medians(survey)
     if med.empty:
         raise DeviceModelError(f"the survey {source} has no kept rounds: run the survey stage")
-    rows, alphas, betas = [], [], []
-    sources = {"verify": f"least-squares alpha + beta c per width over {source}'s medians",
-               "draft_ms": timing_source, "host_ms": timing_source}
-    clamped = []
+    contexts = sorted(float(c) for c in med["context"].unique())
+    rows, ms, filled = [], [], []
     for width, g in med.groupby("width"):
+        g = g.sort_values("context")
         c = g["context"].to_numpy(dtype=float)
         y = g["verify_ms"].to_numpy(dtype=float)
-        if len(np.unique(c)) < 2:
-            a, b = float(np.median(y)), 0.0
-        else:
-            a, b, _ = fit_context_law(c, y)
-        if b < 0 or a < 0:
-            clamped.append(int(width))
-            if a < 0:
-                a = float(y.min())
-            b = max(b, 0.0)
+        if len(c) < len(contexts):
+            filled.append(int(width))
         rows.append(int(width))
-        alphas.append(round(a, 4))
-        betas.append(round(b, 4))
-    if clamped:
-        sources["clamped"] = (f"widths {clamped}: a fitted slope or intercept below 0 was set "
-                              "to 0 (the intercept to the width's fastest median)")
-    raw = {"name": name, "label": "measured", "verify": {
-        "rows": rows, "alpha_ms": alphas, "beta_ms_per_1k": betas},
-        "draft_ms": round(float(draft_ms), 4), "host_ms": round(float(host_ms), 4),
-        "description": f"fitted from {source}", "sources": sources}
+        ms.append([round(polyline_ms(list(c), list(y), x), 4) for x in contexts])
+    sources = {"verify": f"the median verify time per width at each context of {source}, "
+                         "joined by straight lines in context and, between surveyed widths, "
+                         "in width",
+               "draft_ms": timing_source, "host_ms": timing_source}
+    if filled:
+        sources["filled"] = (f"widths {filled}: surveyed at fewer contexts; read off their own "
+                             "points at the others")
+    raw = {"name": name, "label": "measured",
+           "verify": {"rows": rows, "contexts": contexts, "ms": ms, "shape": "linear"},
+           "draft_ms": round(float(draft_ms), 4), "host_ms": round(float(host_ms), 4),
+           "description": f"fitted from {source}", "sources": sources}
     if drafters:
         raw["drafters"] = {k: {"fixed_ms": round(t.fixed_ms, 4),
                                "per_position_ms": round(t.per_position_ms, 4)}

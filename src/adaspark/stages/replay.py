@@ -6,7 +6,7 @@ replayed over the labelled replies under every configured device model.
         --out runs/replay
 
 1. ``cpu-measured``: the device model of this machine, fitted from the survey stage's
-   ``survey.parquet`` (each width's Eq. (3) line) with D and the host time from the fast-mode
+   ``survey.parquet`` (each width's measured points) with D and the host time from the fast-mode
    instrumented run's round trace (``--timing``; the labelled run's where it has none), written
    to ``OUT/devices/cpu-measured.yaml`` (``adaspark replay device=FILE`` takes it).
 2. The exactness check: each of ``replay.labelled_arms`` replayed over its own run under its
