@@ -192,7 +192,7 @@ def prefill_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
 
 def context_record(cp, mp, *, exact: bool, n_ctx_asked: int) -> dict[str, object]:
     """The context parameters a run records, named as llama-server's flags, so that its settings
-    and ours can be compared (docs/benchmarks.md, "Plain decode parity")."""
+    and ours can be compared (issue 12, plain-decode parity; README "Plain decode parity")."""
     ll = _llama()
     fa = {ll.LLAMA_FLASH_ATTN_TYPE_AUTO: "auto", ll.LLAMA_FLASH_ATTN_TYPE_ENABLED: "on",
           ll.LLAMA_FLASH_ATTN_TYPE_DISABLED: "off"}.get(cp.flash_attn_type, "?")
