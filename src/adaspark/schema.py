@@ -40,15 +40,19 @@ MAX_WIDTH = 64
 def spec(*, min: float | None = None, max: float | None = None, gt: float | None = None,
          lt: float | None = None, choices: tuple[Any, ...] | None = None,
          increasing: Literal["strict", "weak"] | None = None, min_len: int | None = None,
-         default: Any = MISSING, help: str | None = None) -> Any:
+         default: Any = MISSING, default_factory: Any = MISSING,
+         help: str | None = None) -> Any:
     """A dataclass field with its allowed range (``min``/``max`` inclusive, ``gt``/``lt``
     exclusive; for a list, of every element) or ``choices``, for a list ``increasing``
     (``strict``: each element above the one before; ``weak``: not below it) and ``min_len``,
-    and optionally a ``help`` line (for a command-line option built from the field)."""
+    and optionally a ``help`` line (for a command-line option built from the field); a list's
+    empty default is ``default_factory=list``."""
     meta = {k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("lt", lt),
                               ("choices", choices), ("increasing", increasing),
                               ("min_len", min_len), ("help", help))
             if v is not None}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=meta)
     if default is MISSING:
         return field(metadata=meta)
     return field(default=default, metadata=meta)

@@ -171,12 +171,11 @@ def survey_device(path: Path, traces: list[RequestTrace], *, name: str,
 
     from adaspark.replay.device import device_from_survey
 
-    times = {k: t for k, ts in (by_kind or {}).items()
-             if (t := drafter_time(k, ts)) is not None}
-
     if not path.is_file():
         raise ConfigError(f"device=survey:{path}: {path} does not exist (a survey stage's "
                           "survey.parquet)")
+    times = {k: t for k, ts in (by_kind or {}).items()
+             if (t := drafter_time(k, ts)) is not None}
     drafted = [r for t in traces for r in t.rounds if r.picks]
     draft = float(np.median([r.draft_s for r in drafted])) * 1e3 if drafted else 0.0
     host = float(np.median([r.fixed_s - r.draft_s for r in drafted] or

@@ -52,8 +52,7 @@ class VerifyClasses:
     #: interpolated between the listed widths, for a routed target whose time rises with every
     #: row (§3.2); below the first width, the first width's price.
     shape: Literal["step", "linear"] = "step"
-    contexts: list[float] = field(default_factory=list, metadata={"increasing": "strict",
-                                                                   "min": 0})
+    contexts: list[float] = spec(default_factory=list, increasing="strict", min=0)
     ms: list[list[float]] = field(default_factory=list)
 
     def class_ms(self, k: int, context: float) -> float:
