@@ -235,20 +235,26 @@ def test_the_exported_file_drafts_in_our_engine_what_the_module_computes(chain, 
     feats = capture(prompt, toks[:-1], TINY_LAYERS, anchor_from=1).feats
     prompt.close()
     B = w["dims"]["block"]
+    d2t = w["d2t"]
     with torch.no_grad():
         ctx = net.context_kv(torch.from_numpy(feats.astype(np.float32)))
         h = net.hidden(ctx, torch.tensor([len(toks) - 1]), torch.tensor([toks[-1]]),
                        int(w["mask_token"]))[0]
-        prev, picks, probs, confs = toks[-1], [], [], []
-        d2t = torch.from_numpy(w["d2t"])
-        for i in range(B):
-            lg = net.logits(h[i], torch.tensor(prev))
-            p = torch.softmax(lg, -1)
-            j = int(lg.argmax())
-            picks.append(int(d2t[j]))
-            probs.append(float(p[j]))
-            confs.append(float(torch.sigmoid(net.confidence_logit(h[i], torch.tensor(prev)))))
-            prev = int(d2t[j])
+
+    def module_at(i: int, prev: int) -> tuple[np.ndarray, float]:
+        """The module's draft-vocabulary distribution and confidence at block position i after
+        token prev (each position reads the token picked before it)."""
+        with torch.no_grad():
+            p = torch.softmax(net.logits(h[i], torch.tensor(prev)), -1).numpy()
+            c = float(torch.sigmoid(net.confidence_logit(h[i], torch.tensor(prev))))
+        return p, c
+
+    # The module's own greedy chain: F16 must draft exactly these tokens.
+    prev, picks = toks[-1], []
+    for i in range(B):
+        p, _ = module_at(i, prev)
+        prev = int(d2t[int(p.argmax())])
+        picks.append(prev)
     for label, tol in (("f16", 5e-3), ("quant", 5e-2)):
         path = d / "export" / rec["files"][label]["file"]
         info = read_dspark_file(path)
@@ -264,9 +270,20 @@ def test_the_exported_file_drafts_in_our_engine_what_the_module_computes(chain, 
         finally:
             drafter.close()
             target.close()
-        assert blk.tokens[:, 0].tolist() == picks, label
-        assert np.allclose(blk.probs[:, 0], probs, atol=tol), label
-        assert np.allclose(blk.confidence, confs, atol=tol), label
+        got = blk.tokens[:, 0].tolist()
+        if label == "f16":
+            assert got == picks, label
+        # Each pick against the module after the file's own previous pick: Q8_0 may break a
+        # near-tie the other way (within its tolerance of the top), never pass over a clear
+        # winner, and gives the module's probability and confidence within that tolerance.
+        prev = toks[-1]
+        for i, tok in enumerate(got):
+            p, c = module_at(i, prev)
+            j = int(np.flatnonzero(d2t == tok)[0])
+            assert p[j] >= p.max() - tol, (label, i, float(p[j]), float(p.max()))
+            assert abs(float(blk.probs[i, 0]) - float(p[j])) <= tol, (label, i)
+            assert abs(float(blk.confidence[i]) - c) <= tol, (label, i)
+            prev = tok
 
 
 def test_exporting_the_same_weights_again_gives_the_same_bytes(chain, tiny_path):
