@@ -250,3 +250,67 @@ def test_cpu_measured_d_per_kind_is_fitted_from_a_trace_of_each_kind():
     ds = drafter_time("dspark", trace(rounds))
     assert (ds.fixed_ms, ds.per_position_ms) == (pytest.approx(87.5), 0.0)
     assert drafter_time("dspark", trace([(0.0, 0)])) is None
+    # two block sizes of at least five rounds each: the line through their medians, so a
+    # catch-up of 40 ms and steps of 25 ms (D = 15 + 25 n) are told apart; one-forward or not
+    two = [(0.115, 4)] * 6 + [(0.090, 3)] * 5 + [(0.500, 2)]  # a lone 2-block: not a size
+    for kind in ("draft-model", "dspark"):
+        t = drafter_time(kind, trace(two))
+        assert (t.fixed_ms, t.per_position_ms) == (pytest.approx(15.0), pytest.approx(25.0))
+    flat = drafter_time("draft-model", trace([(0.08, 4)] * 5 + [(0.09, 3)] * 5))
+    assert (flat.fixed_ms, flat.per_position_ms) == (pytest.approx(85.0), 0.0)
+    steep = drafter_time("dspark", trace([(0.08, 4)] * 5 + [(0.02, 3)] * 5))
+    assert steep.fixed_ms == 0.0 and steep.per_position_ms == pytest.approx(13.33, abs=0.01)
+
+
+def test_the_price_check_sets_each_term_of_a_real_round_beside_its_price():
+    """cpu-measured's prices on a run's own rounds: verify by T(rows, context) at the round's
+    context (anchor + 1), D by the kind's line, host for the rest; known sums and ratios."""
+    from adaspark.replay.price_check import price_check
+    from adaspark.runs.round_trace import RequestTrace, TraceRow
+
+    d = model(drafters={"draft-model": {"fixed_ms": 1.0, "per_position_ms": 2.0}})
+    # round 0: 3 rows at context 5,000 (class 4: 10 ms), 3 positions drafted, real verify 20 ms,
+    # draft 7 ms, round 30 ms; round 1: 8 rows at context 2,000 (14 ms), nothing drafted
+    rows = [TraceRow(round_index=0, anchor_pos=4999, anchor=0, picks=[1, 2, 3], rows=3,
+                     accepted=0, committed=1, verify_s=0.020, fixed_s=0.008, draft_s=0.007,
+                     commit_s=0.0, round_s=0.030),
+            TraceRow(round_index=1, anchor_pos=1999, anchor=0, picks=[], rows=8, accepted=0,
+                     committed=1, verify_s=0.014, fixed_s=0.0, draft_s=0.0, commit_s=0.0,
+                     round_s=0.015)]
+    tr = [RequestTrace(seq=0, request_id=None, prompt=[1], tokens=[], max_tokens=2,
+                       stop="length", exact=False, rounds=rows)]
+    c = price_check(tr, d, "draft-model")
+    assert c["rounds"] == 2
+    assert c["real_s"] == {"verify": 0.034, "draft": 0.007, "rest": 0.004, "round": 0.045}
+    assert c["priced_s"] == pytest.approx({"verify": 0.024, "draft": 0.007, "rest": 0.001,
+                                           "round": 0.032})
+    assert c["priced_over_real"]["verify"] == pytest.approx(0.024 / 0.034, abs=1e-4)
+    assert c["priced_over_real"]["rest"] == 0.25
+    assert c["verify_by_rows"] == {"3": {"rounds": 1, "priced_over_real": 0.5},
+                                   "8": {"rounds": 1, "priced_over_real": 1.0}}
+    assert price_check(tr, d, None)["priced_s"]["draft"] == pytest.approx(0.002)  # draft_ms
+
+
+def test_cpu_measured_takes_d_and_host_from_a_traces_rounds(tmp_path):
+    """survey_device: D the median drafted round's drafter time, host the median rest of a
+    drafted round (its whole time less verify and drafter: plan, learning, commit, streaming),
+    D per kind from the pooled traces; a missing survey is refused naming the file."""
+    from adaspark.config import ConfigError
+    from adaspark.replay.command import survey_device
+    from adaspark.runs.round_trace import RequestTrace, TraceRow
+
+    path = tmp_path / "survey.parquet"
+    _survey({1: (39.0, 2.0), 8: (120.0, 6.5)}).to_parquet(path)
+    # drafted rounds: drafter 20-24 ms, rest 1, 2 and 3 ms; an undrafted round is not counted
+    times = [(0.020, 0.100, 0.121), (0.022, 0.100, 0.124), (0.024, 0.100, 0.127),
+             (0.0, 0.050, 0.060)]
+    rows = [TraceRow(round_index=i, anchor_pos=10, anchor=0, picks=[1, 2] if d else [],
+                     rows=3, accepted=0, committed=1, verify_s=v, fixed_s=d, draft_s=d,
+                     commit_s=0.0, round_s=r) for i, (d, v, r) in enumerate(times)]
+    tr = [RequestTrace(seq=0, request_id=None, prompt=[1], tokens=[], max_tokens=4,
+                       stop="length", exact=False, rounds=rows, meta={"arm": "a"})]
+    m = survey_device(path, tr, name="cpu-measured", by_kind={"dspark": tr})
+    assert m.draft_ms == pytest.approx(22.0) and m.host_ms == pytest.approx(2.0)
+    assert m.drafters["dspark"].fixed_ms == pytest.approx(22.0)
+    with pytest.raises(ConfigError, match=r"nothere\.parquet does not exist"):
+        survey_device(tmp_path / "nothere.parquet", tr, name="x")

@@ -134,6 +134,18 @@ def test_replay_against_reality_pairs_arms_both_run_and_replayed():
                                                            ("adaspark", False)]
     assert rows[1]["replay_over_real"] == 0.8 and rows[0]["real_cap"] == 128
     assert cl.replay_vs_real(None, {"chain3": 1.0}, "cpu-measured", 1) == []
+    # interleaved with chain3 (its group's first arm both run and replayed; ar is not
+    # replayed): relative to chain3's own ratio, 0.8 / 0.95
+    rows = cl.replay_vs_real(summary, {"chain3": 10.0, "adaspark": 10.0, "ar": 12.0},
+                             "cpu-measured", 128, groups={"g": ["ar", "chain3", "adaspark"],
+                                                          "h": ["tree16"]})
+    assert [(r["reference"], r["relative_within_5pct"]) for r in rows] == [("chain3", True),
+                                                                          ("chain3", False)]
+    assert rows[1]["relative_to_reference"] == pytest.approx(0.8 / 0.95, abs=1e-4)
+    summary["replays"]["cpu-measured"]["adaspark"]["tokens_per_s"] = 9.2
+    rows = cl.replay_vs_real(summary, {"chain3": 10.0, "adaspark": 10.0}, "cpu-measured", 128,
+                             groups={"g": ["chain3", "adaspark"]})
+    assert rows[1]["within_5pct"] is False and rows[1]["relative_within_5pct"] is True
 
 
 def test_the_rounds_curve_tracks_adaspark_over_the_fastest_pinned_width():

@@ -240,13 +240,20 @@ def evaluate(ledger: Ledger, regimes: list[Regime], options: Any) -> list[dict[s
 
 def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, float],
                    device: str, real_cap: int | None,
-                   real_tokens_per_round: Mapping[str, float] | None = None
-                   ) -> list[dict[str, Any]]:
+                   real_tokens_per_round: Mapping[str, float] | None = None,
+                   groups: Mapping[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """Each arm both run on this machine (``real_tok_s``: its decode tok/s) and replayed under
     ``device`` (the replay summary's ``tokens_per_s``), with their ratio and whether it is
     within 5%. Where the real run counted its rounds (``real_tokens_per_round``), the ratio is
     split into its two factors: tokens per round (what was accepted) and seconds per round
-    (what the device model charged), replay over real."""
+    (what the device model charged), replay over real.
+
+    Where ``groups`` (``run.groups``: arms whose servers ran interleaved, reply by reply) puts
+    an arm with a reference (the group's first arm both run and replayed), the ratio is also
+    given relative to it: ``(replay / replay of the reference) / (real / real of the
+    reference)``. Interleaved arms share the machine's speed at each moment, so this ratio is
+    free of the machine's drift between the survey and the run, which the plain ratio is not;
+    it tests what a replay's verdicts rest on, one arm's speed against another's."""
     if not summary:
         return []
     # the replay at the run's cap where the replay stage made one, else the labelled cap's
@@ -270,6 +277,14 @@ def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, f
                          "replay_tokens_per_round": round(float(r["tokens_per_round"]), 3),
                          "tokens_per_round_ratio": round(tpr_ratio, 4),
                          "seconds_per_round_ratio": round(tpr_ratio / ratio, 4)}
+    by_arm = {r["arm"]: r for r in rows}
+    for members in (groups or {}).values():
+        ref = next((a for a in members if a in by_arm), None)
+        for a in members:
+            if ref is not None and a in by_arm:
+                rel = by_arm[a]["replay_over_real"] / by_arm[ref]["replay_over_real"]
+                by_arm[a] |= {"reference": ref, "relative_to_reference": round(rel, 4),
+                              "relative_within_5pct": bool(abs(rel - 1.0) <= 0.05 + 1e-9)}
     return rows
 
 
@@ -277,8 +292,11 @@ def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, f
 
 
 def claims_markdown(claims: list[dict[str, Any]], reality: list[dict[str, Any]],
-                    regimes: list[Regime]) -> str:
-    """``paper/claims.md``: the rule, one line per claim, then every regime's numbers."""
+                    regimes: list[Regime],
+                    price_checks: Mapping[str, Any] | None = None) -> str:
+    """``paper/claims.md``: the rule, one line per claim, then every regime's numbers, replay
+    against reality and, where the replay stage made it, cpu-measured's prices against the
+    instrumented runs' own rounds (:func:`adaspark.replay.price_check.price_check`)."""
     def esc(s: str) -> str:
         return str(s).replace("|", "\\|").replace("\n", " ")
 
@@ -312,16 +330,37 @@ def claims_markdown(claims: list[dict[str, Any]], reality: list[dict[str, Any]],
               " run's are the run stage's (its cap).", "",
               "| arm | real tok/s | replay tok/s | replay / real | within 5% | caps (real, replay)"
               " | tokens per round (real, replay) | replay / real: tokens per round, seconds per"
-              " round |", "|---|---|---|---|---|---|---|---|"]
+              " round | relative to (interleaved) | relative within 5% |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in reality:
         split = (f"{r['real_tokens_per_round']:.2f}, {r['replay_tokens_per_round']:.2f} | "
                  f"{r['tokens_per_round_ratio']:.3f}, {r['seconds_per_round_ratio']:.3f}"
                  if "tokens_per_round_ratio" in r else "- | -")
+        rel = (f"{r['relative_to_reference']:.3f} ({r['reference']}) | "
+               f"{'yes' if r['relative_within_5pct'] else 'no'}"
+               if "reference" in r else "- | -")
         lines.append(f"| {r['arm']} | {r['real_tok_s']:.2f} | {r['replay_tok_s']:.2f} | "
                      f"{r['replay_over_real']:.3f} | {'yes' if r['within_5pct'] else 'no'} | "
-                     f"{r['real_cap']}, {r['replay_cap']} | {split} |")
+                     f"{r['real_cap']}, {r['replay_cap']} | {split} | {rel} |")
     if not reality:
-        lines.append("| (no arm both run and replayed under cpu-measured) | | | | | | | |")
+        lines.append("| (no arm both run and replayed under cpu-measured) | | | | | | | | | |")
+    else:
+        lines += ["", "The relative column divides each arm's ratio by that of the first arm of"
+                  " its interleaved group (`run.groups`) both run and replayed: the group's "
+                  "servers ran reply by reply together, so it cancels the machine's speed drift "
+                  "between the survey and the run."]
+    if price_checks:
+        lines += ["", "cpu-measured's prices against each instrumented run's own rounds (fast "
+                  "mode; the same rounds on both sides, so acceptance plays no part): priced over"
+                  " measured seconds, summed over the rounds, per term of a round. `rest` is the "
+                  "round less its verify and its drafter (the rule, the commit, the streaming), "
+                  "what the model's host time stands for.", "",
+                  "| arm | rounds | verify | draft | rest | round |", "|---|---|---|---|---|---|"]
+        for arm, c in price_checks.items():
+            r = c["priced_over_real"]
+            lines.append(f"| {arm} | {c['rounds']} | " + " | ".join(
+                "-" if r[k] is None else f"{r[k]:.3f}" for k in ("verify", "draft", "rest",
+                                                                 "round")) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -145,17 +145,41 @@ def pricer_for(device: str, traces: list[RequestTrace]) -> Pricer:
     return DevicePrices(load_device(device))
 
 
+#: Fewest drafted rounds of one block size for that size's median to enter D's line.
+MIN_ROUNDS_PER_SIZE = 5
+
+
 def drafter_time(kind: str, traces: list[RequestTrace]) -> Any:
-    """D of a drafter ``kind`` from its drafted rounds in ``traces``: the median time of a
-    block for a kind whose block is one forward (DSpark), else the median time per drafted
-    position (a draft model: one forward per position), as
-    :class:`~adaspark.replay.device.DrafterTime`; None without drafted rounds."""
+    """D of a drafter ``kind`` from its drafted rounds in ``traces``, as
+    :class:`~adaspark.replay.device.DrafterTime` (None without drafted rounds).
+
+    Where the rounds drafted blocks of two or more sizes (at least :data:`MIN_ROUNDS_PER_SIZE`
+    rounds each), D is the straight line through each size's median time, least squares
+    weighted by rounds: a draft model's block is a catch-up of the tokens committed since its
+    last block and one step per further position, so its fixed part is the catch-up less a
+    step; a DSpark block's forward may still grow with its positions. With one size: the
+    median block for a kind whose block is one forward (DSpark), else the median per position
+    (a draft model), the only split one size allows."""
     from adaspark.decoding.drafter.base import DRAFTERS
     from adaspark.replay.device import DrafterTime
 
     drafted = [r for t in traces for r in t.rounds if r.picks]
     if not drafted:
         return None
+    by_size: dict[int, list[float]] = {}
+    for r in drafted:
+        by_size.setdefault(len(r.picks), []).append(r.draft_s)
+    sizes = sorted(n for n, v in by_size.items() if len(v) >= MIN_ROUNDS_PER_SIZE)
+    if len(sizes) >= 2:
+        x = np.array(sizes, dtype=float)
+        y = np.array([np.median(by_size[n]) for n in sizes]) * 1e3
+        w = np.array([len(by_size[n]) for n in sizes], dtype=float)
+        slope, fixed = np.polyfit(x, y, 1, w=np.sqrt(w))
+        if slope < 0:  # no growth with the positions: one fixed cost
+            return DrafterTime(fixed_ms=float(np.average(y, weights=w)))
+        if fixed < 0:  # through the origin: a cost per position only
+            return DrafterTime(per_position_ms=float(np.average(y / x, weights=w)))
+        return DrafterTime(fixed_ms=float(fixed), per_position_ms=float(slope))
     if getattr(DRAFTERS.get(kind), "one_forward", False):
         return DrafterTime(fixed_ms=float(np.median([r.draft_s for r in drafted])) * 1e3)
     return DrafterTime(per_position_ms=float(np.median([r.draft_s / len(r.picks)
@@ -165,8 +189,9 @@ def drafter_time(kind: str, traces: list[RequestTrace]) -> Any:
 def survey_device(path: Path, traces: list[RequestTrace], *, name: str,
                   by_kind: dict[str, list[RequestTrace]] | None = None) -> Any:
     """The ``measured`` device model of a survey file (its per-width verify law) with the D and
-    host time per round of ``traces`` (their drafted rounds' medians), and D per drafter kind
-    from ``by_kind``'s traces (:func:`drafter_time`)."""
+    host time per round of ``traces`` (their drafted rounds' medians: the drafter's time, and
+    the round less its verify and drafter), and D per drafter kind from ``by_kind``'s traces
+    (:func:`drafter_time`)."""
     import pandas as pd
 
     from adaspark.replay.device import device_from_survey
@@ -178,8 +203,11 @@ def survey_device(path: Path, traces: list[RequestTrace], *, name: str,
              if (t := drafter_time(k, ts)) is not None}
     drafted = [r for t in traces for r in t.rounds if r.picks]
     draft = float(np.median([r.draft_s for r in drafted])) * 1e3 if drafted else 0.0
-    host = float(np.median([r.fixed_s - r.draft_s for r in drafted] or
-                           [r.fixed_s for t in traces for r in t.rounds])) * 1e3
+    # the rest of a round, what the model's host time stands for: the rule's plan and learning,
+    # the commit, streaming (:mod:`adaspark.replay.price_check`)
+    host = float(np.median([r.round_s - r.verify_s - r.draft_s for r in drafted] or
+                           [r.round_s - r.verify_s for t in traces for r in t.rounds]
+                           or [0.0])) * 1e3
     return device_from_survey(
         pd.read_parquet(path), name=name, source=str(path), draft_ms=draft,
         host_ms=max(host, 0.0),

@@ -161,7 +161,9 @@ def screen(claims: list[dict[str, Any]], reality: list[dict[str, Any]]) -> str:
         lines.append(f"  {c['verdict']:<13} {c['id']}")
     for r in reality:
         lines.append(f"  replay/real {r['arm']:<18} {r['replay_over_real']:.3f}"
-                     + ("" if r["within_5pct"] else "  (outside 5%)"))
+                     + ("" if r["within_5pct"] else "  (outside 5%)")
+                     + (f"; relative to {r['reference']} {r['relative_to_reference']:.3f}"
+                        if "reference" in r else ""))
     return "\n".join(lines)
 
 
@@ -200,11 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     reality = replay_vs_real(summary, decode, CPU_MEASURED,
                              (params.get("run") or {}).get("cap"),
                              {arm: tpr for arm in decode
-                              if (tpr := tokens_per_round(a.runs / "arms" / arm))})
+                              if (tpr := tokens_per_round(a.runs / "arms" / arm))},
+                             (params.get("run") or {}).get("groups"))
+    checks = ((summary or {}).get("devices") or {}).get(CPU_MEASURED, {}).get("price_check")
     io.write_json(a.out / "claims.json", {"rule": RULE, "preset": options.preset,
                                           "target": options.target, "claims": claims,
-                                          "replay_vs_real": reality, "width_replay": widths})
-    io.write_text(a.out / "claims.md", claims_markdown(claims, reality, regimes)
+                                          "replay_vs_real": reality,
+                                          "price_check": checks or {}, "width_replay": widths})
+    io.write_text(a.out / "claims.md", claims_markdown(claims, reality, regimes, checks)
                   + "\n" + width_markdown(widths))
     io.write_json(a.out / "metrics.json", metrics(claims, reality, decode))
     plot_data(a.out / "plots", a.runs, decode, claims)

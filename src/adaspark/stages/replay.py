@@ -65,9 +65,9 @@ def timing_traces(timing: Path, labelled: Path, arm: str) -> Path:
         return arm_trace_dir(labelled, arm)
 
 
-def timing_by_kind(cfg: Any, timing: Path) -> dict[str, list[Any]]:
-    """The fast-mode round traces in ``timing`` (the instrumented runs) by drafter kind, the
-    first arm of each kind (sorted by name): cpu-measured's D per kind."""
+def timing_arms(cfg: Any, timing: Path) -> list[tuple[str, str | None, list[Any]]]:
+    """The arms with fast-mode round traces in ``timing`` (the instrumented runs), sorted by
+    name: each arm's name, its drafter kind (None for an arm that drafts nothing) and traces."""
     from adaspark.config import ConfigError
     from adaspark.replay.command import arm_trace_dir
     from adaspark.rules.arms import make_arm_rule
@@ -75,7 +75,7 @@ def timing_by_kind(cfg: Any, timing: Path) -> dict[str, list[Any]]:
     from adaspark.runs.settings import ArmEntry, arm_config
     from adaspark.schema import arm_view, scheduler_mapping
 
-    out: dict[str, list[Any]] = {}
+    out: list[tuple[str, str | None, list[Any]]] = []
     for d in sorted(p for p in timing.glob("*") if p.is_dir()) if timing.is_dir() else []:
         try:
             arm = arm_config(cfg, ArmEntry.parse(d.name))
@@ -83,8 +83,19 @@ def timing_by_kind(cfg: Any, timing: Path) -> dict[str, list[Any]]:
         except ConfigError:
             continue  # not an arm of this config, or no trace
         view = arm_view(cfg, arm)
-        if traces and make_arm_rule(arm, scheduler_mapping(view)).uses_drafter:
-            out.setdefault(str(view.drafter.kind), traces)
+        drafts = make_arm_rule(arm, scheduler_mapping(view)).uses_drafter
+        if traces:
+            out.append((d.name, str(view.drafter.kind) if drafts else None, traces))
+    return out
+
+
+def timing_by_kind(cfg: Any, timing: Path) -> dict[str, list[Any]]:
+    """The fast-mode round traces in ``timing`` (the instrumented runs) by drafter kind, every
+    drafting arm of a kind pooled (its blocks of several sizes): cpu-measured's D per kind."""
+    out: dict[str, list[Any]] = {}
+    for _name, kind, traces in timing_arms(cfg, timing):
+        if kind is not None:
+            out.setdefault(kind, []).extend(traces)
     return out
 
 
@@ -172,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     from adaspark.analysis.replay import screen_summary
     from adaspark.replay.command import replay_arm, survey_device
     from adaspark.replay.device import device_path, load_device
+    from adaspark.replay.price_check import price_check
     from adaspark.replay.settings import CPU_MEASURED, read_replay_params
     from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config, no_drafter_file
@@ -210,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             model = load_device(name)
         files[name] = str(path)
         devices[name] = device_entry(model, str(path))
+        if name == CPU_MEASURED:  # its prices against the instrumented runs' own rounds
+            devices[name]["price_check"] = {
+                arm: price_check(traces, model, kind)
+                for arm, kind, traces in timing_arms(cfg, a.timing)}
 
     # 2. the exactness check
     check: dict[str, Any] = {}
