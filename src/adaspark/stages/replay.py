@@ -66,8 +66,10 @@ def timing_traces(timing: Path, labelled: Path, arm: str) -> Path:
 
 
 def timing_arms(cfg: Any, timing: Path) -> list[tuple[str, str | None, list[Any]]]:
-    """The arms with fast-mode round traces in ``timing`` (the instrumented runs), sorted by
-    name: each arm's name, its drafter kind (None for an arm that drafts nothing) and traces."""
+    """The arms of ``extra_runs.instrumented.arms`` with fast-mode round traces in ``timing``
+    (the instrumented runs; another arm's directory there, from another config, is left out),
+    sorted by name: each arm's name, its drafter kind (None for an arm that drafts nothing) and
+    traces."""
     from adaspark.config import ConfigError
     from adaspark.replay.command import arm_trace_dir
     from adaspark.rules.arms import make_arm_rule
@@ -75,8 +77,9 @@ def timing_arms(cfg: Any, timing: Path) -> list[tuple[str, str | None, list[Any]
     from adaspark.runs.settings import ArmEntry, arm_config
     from adaspark.schema import arm_view, scheduler_mapping
 
+    named = set(cfg.extra_runs.instrumented.arms)
     out: list[tuple[str, str | None, list[Any]]] = []
-    for d in sorted(p for p in timing.glob("*") if p.is_dir()) if timing.is_dir() else []:
+    for d in sorted(p for p in timing.glob("*") if p.is_dir() and p.name in named):
         try:
             arm = arm_config(cfg, ArmEntry.parse(d.name))
             traces = read_traces(arm_trace_dir(timing, d.name))
