@@ -137,3 +137,14 @@ def test_the_screen_summary_names_the_best_width_and_the_check(replay_dir):
     s = json.loads((replay_dir / "summary.json").read_text())
     text = screen_summary(s)
     assert "EXACT" in text and "w16 22.0" in text and "0.909" in text
+
+
+def test_a_device_file_is_shown_relative_to_the_checkout_or_by_its_name(tmp_path, monkeypatch):
+    """What users read names no machine's directories: a file under the working directory
+    relative to it, any other by its name alone."""
+    from adaspark.stages.replay import shown_path
+
+    inside = tmp_path / "conf" / "device" / "x.yaml"
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(inside) == "conf/device/x.yaml"
+    assert shown_path("/elsewhere/on/a/machine/y.yaml") == "y.yaml"

@@ -281,7 +281,7 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
     from adaspark.analysis.tables.table9 import table9_width_classes
 
     summary = read_summary(replay_dir)
-    head = Section("Trace-driven replay (issue 14): this machine's acceptance, other devices' "
+    head = Section("Trace-driven replay: this machine's acceptance, other devices' "
                    "costs")
     if summary is None:
         return [head.p(f"Not run: {Path(replay_dir) / SUMMARY} does not exist (the replay "

@@ -114,6 +114,16 @@ def write_device(path: Path, model: Any) -> Path:
     return io.write_text(path, head + OmegaConf.to_yaml(OmegaConf.create(raw)))
 
 
+def shown_path(path: Path | str) -> str:
+    """A file as users read it: relative to the working directory (the checkout) when inside
+    it, else its name alone, so that no machine's directories show in the report."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return p.name
+
+
 def device_entry(model: Any, where: str) -> dict[str, Any]:
     return {"name": model.name, "label": model.label, "sha256": model.sha256,
             "description": model.description,
@@ -224,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             path = device_path(name)
             model = load_device(name)
         files[name] = str(path)
-        devices[name] = device_entry(model, str(path))
+        devices[name] = device_entry(model, shown_path(path))
         if name == CPU_MEASURED:  # its prices against the instrumented runs' own rounds
             devices[name]["price_check"] = {
                 arm: price_check(traces, model, kind)
