@@ -279,12 +279,11 @@ def replay_vs_real(summary: Mapping[str, Any] | None, real_tok_s: Mapping[str, f
                          "seconds_per_round_ratio": round(tpr_ratio / ratio, 4)}
     by_arm = {r["arm"]: r for r in rows}
     for members in (groups or {}).values():
-        ref = next((a for a in members if a in by_arm), None)
-        for a in members:
-            if ref is not None and a in by_arm:
-                rel = by_arm[a]["replay_over_real"] / by_arm[ref]["replay_over_real"]
-                by_arm[a] |= {"reference": ref, "relative_to_reference": round(rel, 4),
-                              "relative_within_5pct": bool(abs(rel - 1.0) <= 0.05 + 1e-9)}
+        both = [a for a in members if a in by_arm]
+        for a in both:  # the reference: the group's first arm both run and replayed
+            rel = by_arm[a]["replay_over_real"] / by_arm[both[0]]["replay_over_real"]
+            by_arm[a] |= {"reference": both[0], "relative_to_reference": round(rel, 4),
+                          "relative_within_5pct": bool(abs(rel - 1.0) <= 0.05 + 1e-9)}
     return rows
 
 

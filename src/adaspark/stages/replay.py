@@ -92,11 +92,11 @@ def timing_arms(cfg: Any, timing: Path) -> list[tuple[str, str | None, list[Any]
     return out
 
 
-def timing_by_kind(cfg: Any, timing: Path) -> dict[str, list[Any]]:
-    """The fast-mode round traces in ``timing`` (the instrumented runs) by drafter kind, every
+def timing_by_kind(arms: list[tuple[str, str | None, list[Any]]]) -> dict[str, list[Any]]:
+    """The instrumented runs' round traces (:func:`timing_arms`) by drafter kind, every
     drafting arm of a kind pooled (its blocks of several sizes): cpu-measured's D per kind."""
     out: dict[str, list[Any]] = {}
-    for _name, kind, traces in timing_arms(cfg, timing):
+    for _name, kind, traces in arms:
         if kind is not None:
             out.setdefault(kind, []).extend(traces)
     return out
@@ -220,14 +220,15 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet = lambda _m: None  # noqa: E731  (each replay's own lines; the stage prints its own)
 
-    # 1. the device models, cpu-measured fitted here
+    # 1. the device models, cpu-measured fitted here (D from the instrumented runs, read once)
+    instrumented = timing_arms(cfg, a.timing) if CPU_MEASURED in s.devices else []
     devices: dict[str, dict[str, Any]] = {}
     files: dict[str, str] = {}
     for name in s.devices:
         if name == CPU_MEASURED:
             model = survey_device(a.survey / "survey.parquet",
                                   read_traces(timing_traces(a.timing, a.runs, s.replies_of)),
-                                  name=CPU_MEASURED, by_kind=timing_by_kind(cfg, a.timing))
+                                  name=CPU_MEASURED, by_kind=timing_by_kind(instrumented))
             path = write_device(a.out / DEVICES_DIR / f"{CPU_MEASURED}.yaml", model)
             model = load_device(str(path))  # the file it wrote is the one replayed
         else:
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == CPU_MEASURED:  # its prices against the instrumented runs' own rounds
             devices[name]["price_check"] = {
                 arm: price_check(traces, model, kind)
-                for arm, kind, traces in timing_arms(cfg, a.timing)}
+                for arm, kind, traces in instrumented}
 
     # 2. the exactness check
     check: dict[str, Any] = {}
