@@ -56,12 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_TILED_MM"}
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
-    from adaspark import model_files, provenance
+    from adaspark import arms, model_files, provenance
     from adaspark.analysis.report import machine_info
     from adaspark.config import compose
     from adaspark.decoding.drafter import dspark_file as dsf
     from adaspark.io import write_json
-    from adaspark.rules import arms
     from adaspark.schema import check_arm
     from benchmarks.verify_cost import context_prompts
 

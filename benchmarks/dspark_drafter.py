@@ -66,10 +66,10 @@ def short_prompts() -> list[str]:
 
 def chain_acceptance(overrides: list[str], texts: dict[str, list[str]], cap: int) -> dict:
     """Decode every prompt with ``fullchain`` and this drafter; acceptance and drafting time."""
+    from adaspark import arms
+    from adaspark.cli.generate import prompt_tokens
     from adaspark.config import compose
-    from adaspark.decoding.generate import prompt_tokens
     from adaspark.decoding.loop import generate
-    from adaspark.rules import arms
     from adaspark.schema import check_arm
 
     cfg = compose(["arm=fullchain", *overrides, f"max_tokens={cap}", "prompt=x"])

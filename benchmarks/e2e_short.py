@@ -149,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
+    from adaspark.runs.launcher import run_arms
     from adaspark.runs.order import plan_units
-    from adaspark.runs.run import compose_for_run, run_arms
+    from adaspark.runs.run import compose_for_run
     from adaspark.runs.settings import RunSettings
 
     console = Console(stderr=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from adaspark.decoding.round import RoundOutcome, RoundState
 from adaspark.rules.adaspark.rule import AdaSparkRule
 from adaspark.rules.adaspark.simulator import (
     WIDTHS_24,
@@ -39,7 +40,6 @@ from adaspark.rules.adaspark.simulator import (
     learn_widths,
     warm_kernels,
 )
-from adaspark.rules.base import RoundOutcome, RoundState
 
 
 def run(rounds: int, seed: int, *, phases: bool = False) -> dict:

@@ -51,11 +51,11 @@ def context_prompts(tokenize, sizes: list[int]) -> dict[int, list[int]]:
 
 
 def run_mode(exact: bool, reps: int, contexts: list[int], overrides: list[str]) -> dict:
+    from adaspark import arms
     from adaspark.config import compose
     from adaspark.decoding.candidates import from_block
     from adaspark.decoding.loop import generate
     from adaspark.decoding.tree import best_first_order, prefix_tree
-    from adaspark.rules import arms
     from adaspark.rules.base import make_rule
     from adaspark.schema import check_arm
 

@@ -20,7 +20,7 @@ sequence per leaf copied from sequence 0, every row with logits, the argmax read
 verify's cells are dropped after it. Each width is verified ``rounds`` times in a row per pass,
 the first ``dropped`` dropped; passes alternate ascending and descending width order. Rows are
 appended to ``survey.jsonl`` as they are measured (a run cut short keeps them) with the columns
-of ``survey.parquet`` (``adaspark.analysis.survey``).
+of ``survey.parquet`` (``adaspark.replay.survey``).
 
 Drafters: each ``--drafter`` shape file gets a random-weight GGUF too. A draft model's round is
 ``B`` one-token decodes; a ``dflash`` (DSpark) drafter's round is the injection of the rows a

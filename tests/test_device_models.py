@@ -233,8 +233,8 @@ def test_d_is_priced_by_drafter_kind_and_positions_drafted():
 
 
 def test_cpu_measured_d_per_kind_is_fitted_from_a_trace_of_each_kind():
+    from adaspark.decoding.round_trace import RequestTrace, TraceRow
     from adaspark.replay.command import drafter_time
-    from adaspark.runs.round_trace import RequestTrace, TraceRow
 
     def trace(times_and_picks):
         rows = [TraceRow(round_index=i, anchor_pos=0, anchor=0, picks=list(range(n)), rows=1,
@@ -265,8 +265,8 @@ def test_cpu_measured_d_per_kind_is_fitted_from_a_trace_of_each_kind():
 def test_the_price_check_sets_each_term_of_a_real_round_beside_its_price():
     """cpu-measured's prices on a run's own rounds: verify by T(rows, context) at the round's
     context (anchor + 1), D by the kind's line, host for the rest; known sums and ratios."""
+    from adaspark.decoding.round_trace import RequestTrace, TraceRow
     from adaspark.replay.price_check import price_check
-    from adaspark.runs.round_trace import RequestTrace, TraceRow
 
     d = model(drafters={"draft-model": {"fixed_ms": 1.0, "per_position_ms": 2.0}})
     # round 0: 3 rows at context 5,000 (class 4: 10 ms), 3 positions drafted, real verify 20 ms,
@@ -296,8 +296,8 @@ def test_cpu_measured_takes_d_and_host_from_a_traces_rounds(tmp_path):
     drafted round (its whole time less verify and drafter: plan, learning, commit, streaming),
     D per kind from the pooled traces; a missing survey is refused naming the file."""
     from adaspark.config import ConfigError
+    from adaspark.decoding.round_trace import RequestTrace, TraceRow
     from adaspark.replay.command import survey_device
-    from adaspark.runs.round_trace import RequestTrace, TraceRow
 
     path = tmp_path / "survey.parquet"
     _survey({1: (39.0, 2.0), 8: (120.0, 6.5)}).to_parquet(path)

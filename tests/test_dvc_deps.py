@@ -56,7 +56,8 @@ def _covered(path: str, deps: list[str]) -> bool:
 
 
 #: Modules that only compose and check the params (DVC tracks the params themselves).
-PLUMBING = {"adaspark", "adaspark.stages", "adaspark.config", "adaspark.schema", "adaspark.paths",
+PLUMBING = {"adaspark", "adaspark.stages", "adaspark.config", "adaspark.config_check",
+            "adaspark.checks", "adaspark.schema", "adaspark.paths",
             "adaspark.overrides"}
 
 

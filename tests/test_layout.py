@@ -8,10 +8,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "adaspark"
 MAX_LINES = 700
 PARTS = ("decoding", "rules", "serving", "runs", "analysis", "testset", "stages", "replay",
-         "training")
+         "training", "cli")
 #: The shared modules every part may use.
-TOP_LEVEL = {"__init__.py", "cli.py", "config.py", "io.py", "jit.py", "model_files.py", "paths.py",
-             "provenance.py", "registry.py", "schema.py", "overrides.py"}
+TOP_LEVEL = {"__init__.py", "arms.py", "checks.py", "config.py", "config_check.py", "io.py",
+             "jit.py", "model_files.py", "paths.py", "provenance.py", "registry.py", "schema.py",
+             "overrides.py"}
 
 
 def test_no_module_is_over_the_limit():

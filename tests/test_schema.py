@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from helpers import REPO
 
+from adaspark.checks import check_value
 from adaspark.config import ConfigError, compose
+from adaspark.config_check import read_params, validate
 from adaspark.runs.run import compose_for_run
 from adaspark.runs.settings import RunSettings
-from adaspark.schema import check_value, validate
-from adaspark.stages import read_params
 
 
 @pytest.mark.parametrize("args", [[], ["preset=paper"], ["preset=smoke", "target=tiny",
@@ -148,8 +148,7 @@ def test_every_scheduler_key_has_a_range_or_choices():
     ("arms.adaspark-w4.width=65", "arms.adaspark-w4.width=65"),
 ])
 def test_a_pinned_width_past_the_widest_verify_is_refused(override, shown):
-    from adaspark.decoding.tree import MAX_ROWS_FAST
-    from adaspark.schema import MAX_WIDTH
+    from adaspark.decoding.tree import MAX_ROWS_FAST, MAX_WIDTH
 
     assert MAX_WIDTH == MAX_ROWS_FAST
     with pytest.raises(ConfigError, match=shown.replace(".", r"\.") + ".*from 2 to 64"):

@@ -27,12 +27,11 @@ def git_state() -> dict[str, Any]:
 
 #: Parts of the package that only read results (``analysis/``: reports, tables, figures,
 #: statistics; other stages; the test-set builder, whose output a run hashes itself; replay,
-#: which prices recorded labels; the one-prompt command): a change there does not change a
-#: reply. Everything else (``decoding/``,
-#: ``rules/``, ``serving/``, ``runs/`` and the shared top-level modules) is decoding code, and a
-#: new module counts as decoding code until it is listed here.
-NOT_DECODING = ("analysis/", "stages/", "testset/", "replay/", "training/", "cli.py",
-                "decoding/generate.py")
+#: which prices recorded labels; the commands of ``cli/``, the one-prompt command among them): a
+#: change there does not change a reply. Everything else (``decoding/``, ``rules/``,
+#: ``serving/``, ``runs/`` and the shared top-level modules) is decoding code, and a new module
+#: counts as decoding code until it is listed here.
+NOT_DECODING = ("analysis/", "stages/", "testset/", "replay/", "training/", "cli/")
 #: ... except the stage that runs the arms.
 DECODING_STAGES = ("stages/run.py",)
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from adaspark.analysis import paper_values
-from adaspark.analysis.survey import survey_medians
 from adaspark.analysis.tables.render import cell_text, ci_text, width_ranges
 from adaspark.config import compose
+from adaspark.replay.survey import survey_medians
 from adaspark.stages.fig5 import Fig5Settings, pinned_arm
 from adaspark.stages.survey import SurveySettings, pass_orders, survey_rows
 

@@ -22,9 +22,9 @@ from adaspark.analysis.records import (
     Options,
     Records,
 )
-from adaspark.analysis.survey import survey_medians
 from adaspark.analysis.tables import TABLES, table4
 from adaspark.analysis.tables.render import DASH, formatted, missing_cells, write_table
+from adaspark.replay.survey import survey_medians
 
 
 @pytest.mark.parametrize("name", list(TABLES))

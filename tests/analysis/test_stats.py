@@ -54,32 +54,6 @@ def pair_frame(
 
 
 # ---------------------------------------------------------------------------------------------
-# decode_tps
-
-
-def test_decode_tps_formula() -> None:
-    # 11 tokens: 10 decode tokens over the 2 s between first and last event.
-    assert stats.decode_tps(11, 1.0, 3.0) == pytest.approx(5.0)
-    assert stats.decode_tps(2, 0.5, 0.75) == pytest.approx(4.0)
-
-
-def test_decode_tps_single_delta_is_none() -> None:
-    assert stats.decode_tps(1, 2.0, 2.0) is None
-    # A bare tool call streamed as one event: many tokens, no decode interval.
-    assert stats.decode_tps(40, 2.0, 2.0) is None
-    assert stats.decode_tps(0, 2.0, 2.0) is None
-
-
-def test_decode_tps_bad_input() -> None:
-    with pytest.raises(StatsInputError, match="before the first"):
-        stats.decode_tps(10, 3.0, 1.0)
-    with pytest.raises(StatsInputError, match=">= 0"):
-        stats.decode_tps(-1, 1.0, 2.0)
-    with pytest.raises(StatsInputError):
-        stats.decode_tps(10, float("nan"), 2.0)
-
-
-# ---------------------------------------------------------------------------------------------
 # Ratio and interval computed by hand
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from helpers import run_cli
 
+from adaspark.cli.dspark_file import greedy_continuation
 from adaspark.decoding.drafter import dspark_file as dsf
-from adaspark.decoding.drafter.dspark_predict import greedy_continuation
 
 PROMPTS = ("The history of the Roman Empire began", "Write a haiku about the sea")
 N_TOKENS = 24
@@ -32,7 +32,7 @@ def compose_cfg(path: Path, arm: str, prompt: str = PROMPTS[0]):
 
 
 def build(path: Path, arm: str, prompt: str = PROMPTS[0]):
-    from adaspark.rules import arms
+    from adaspark import arms
     from adaspark.schema import check_arm
 
     cfg = compose_cfg(path, arm, prompt)
@@ -53,7 +53,7 @@ class Files:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, tiny_path, tiny_target) -> Files:
-    from adaspark.decoding.generate import prompt_tokens
+    from adaspark.cli.generate import prompt_tokens
 
     d = tmp_path_factory.mktemp("dspark_drafter")
     prompts = [prompt_tokens(tiny_target, compose_cfg(Path("x"), "chain3", p)) for p in PROMPTS]
@@ -92,7 +92,7 @@ def run_rounds(path: Path, arm: str, prompt_index: int = 0):
     cfg, parts = build(path, arm, PROMPTS[prompt_index])
     rounds: list[tuple[int, int, int]] = []  # (tokens emitted, drafter pos_max, committed)
     try:
-        from adaspark.decoding.generate import prompt_tokens
+        from adaspark.cli.generate import prompt_tokens
 
         prompt = prompt_tokens(parts.target, cfg)
 
@@ -211,7 +211,7 @@ def test_injected_features_are_the_committed_texts(files):
     fed the same committed text in one prefill, and differs from one fed another text: the
     features injected round by round are those of the committed tokens (the random file's
     backbone reads them; the oracle's cannot)."""
-    from adaspark.decoding.generate import prompt_tokens
+    from adaspark.cli.generate import prompt_tokens
     from adaspark.decoding.loop import generate
 
     cfg, a = build(files.random, "chain3")
@@ -280,7 +280,7 @@ def test_every_drafter_node_hangs_from_the_pick_whose_bias_its_row_got(files):
 
     cfg, parts = build(files.random, "chain3")
     try:
-        from adaspark.decoding.generate import prompt_tokens
+        from adaspark.cli.generate import prompt_tokens
 
         prompt = prompt_tokens(parts.target, cfg)
         parts.target.prefill(prompt)

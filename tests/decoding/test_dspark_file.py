@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from helpers import run_cli
 
+from adaspark.cli.dspark_file import greedy_continuation
 from adaspark.decoding.drafter import dspark_file as dsf
 from adaspark.decoding.drafter.dspark_predict import (
     MarkovHead,
     chain,
-    greedy_continuation,
     markov_successors,
     predict_server_rounds,
 )

@@ -244,9 +244,9 @@ def test_the_comparison_tells_other_drafts_apart(served, ours):
 
 
 def test_the_logged_probabilities_are_our_blocks_in_exact_mode(served, files, prompts):
+    from adaspark import arms
     from adaspark.config import compose
     from adaspark.decoding.loop import generate
-    from adaspark.rules import arms
     from adaspark.schema import check_arm
 
     for s, path in files.items():

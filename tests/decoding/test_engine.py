@@ -11,6 +11,7 @@ from adaspark.decoding.candidates import from_block
 from adaspark.decoding.drafter.draft_model import DraftModelDrafter, check_same_vocab
 from adaspark.decoding.engine import EngineError, Model, Target
 from adaspark.decoding.loop import generate
+from adaspark.decoding.round import RoundOutcome, RoundPlan, RoundState, WidthRule
 from adaspark.decoding.tree import (
     TreeError,
     best_first_order,
@@ -19,7 +20,7 @@ from adaspark.decoding.tree import (
     path_to,
     prefix_tree,
 )
-from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule, make_rule
+from adaspark.rules.base import make_rule
 
 PROMPTS = [
     "The history of the printing press begins",

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from adaspark.decoding.round_trace import read_traces
 from adaspark.replay.command import run_replay
 from adaspark.replay.labels import read_labels, write_labels
-from adaspark.runs.round_trace import read_traces
 from adaspark.serving.llama_server import clean_env
 
 pytestmark = pytest.mark.server

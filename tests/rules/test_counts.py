@@ -10,12 +10,12 @@ import pytest
 
 from adaspark.decoding.candidates import NGRAM, SIBLING, from_block
 from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundPlan, count_by_source
 from adaspark.decoding.tree import make_tree
 from adaspark.rules.adaspark.chooser import width1_switch
 from adaspark.rules.adaspark.config import load_config
 from adaspark.rules.adaspark.records import RequestSummary, add_counts
 from adaspark.rules.adaspark.store import learned_state, load_learned
-from adaspark.rules.base import RoundCounts, RoundOutcome, RoundPlan, count_by_source
 
 
 def block() -> Block:

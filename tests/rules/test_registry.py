@@ -8,10 +8,12 @@ import sys
 import pytest
 
 from adaspark.config import ConfigError, compose
+from adaspark.config_check import validate
 from adaspark.decoding.drafter.base import DRAFTERS, Drafter
+from adaspark.decoding.round import WidthRule
 from adaspark.registry import Registry, UnknownNameError
-from adaspark.rules.base import WIDTH_RULES, WidthRule, make_rule, rule_class
-from adaspark.schema import RULE_OPTIONS, check_arm, validate
+from adaspark.rules.base import WIDTH_RULES, make_rule, rule_class
+from adaspark.schema import RULE_OPTIONS, check_arm
 
 
 @pytest.mark.parametrize("name", WIDTH_RULES.names())

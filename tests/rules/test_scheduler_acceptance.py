@@ -9,12 +9,12 @@ import pytest
 
 from adaspark.decoding.candidates import CandidateSet, from_block
 from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.round import RoundOutcome, RoundState
 from adaspark.rules.adaspark import acceptance as acc
 from adaspark.rules.adaspark.config import load_config
 from adaspark.rules.adaspark.features import block_features
 from adaspark.rules.adaspark.rule import AdaSparkRule
 from adaspark.rules.adaspark.simulator import DrafterProcess, Environment, Simulator, StepCost
-from adaspark.rules.base import RoundOutcome, RoundState
 
 CFG = load_config()
 A = CFG.acceptance_model

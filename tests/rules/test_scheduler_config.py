@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from adaspark.arms import make_arm_rule
 from adaspark.decoding.candidates import PICK, CandidateSet
 from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.round import RoundOutcome, RoundState
 from adaspark.rules.adaspark import acceptance as acc
 from adaspark.rules.adaspark.chooser import (
     Gains,
@@ -45,8 +47,6 @@ from adaspark.rules.adaspark.simulator import (
     StepCost,
 )
 from adaspark.rules.adaspark.width_table import WidthTable
-from adaspark.rules.arms import make_arm_rule
-from adaspark.rules.base import RoundOutcome, RoundState
 from adaspark.rules.fixed import Chain
 from adaspark.schema import check_arm
 

@@ -67,7 +67,7 @@ def test_first_round_of_a_request_is_not_learned_by_the_cost_model() -> None:
     assert rule.table is not None
     before = [k.measured for k in rule.table.classes]
     w = sim.world(1, 300, 10)
-    from adaspark.rules.base import RoundOutcome, RoundState
+    from adaspark.decoding.round import RoundOutcome, RoundState
     committed = w.text[:300].tolist()
     rule.begin_request(committed)
     state = RoundState(committed, 0, 64, 4)

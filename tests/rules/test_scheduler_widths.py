@@ -145,7 +145,7 @@ def test_the_counterfactual_width_prices_ngram_only_candidates_at_zero(tmp_path)
         counts_as_ngram,
         ngram_order,
     )
-    from adaspark.rules.adaspark.rule import RoundContext
+    from adaspark.rules.adaspark.context import RoundContext
 
     rule = AdaSparkRule(log_dir=str(tmp_path / "rounds"))
     cands = CandidateSet()

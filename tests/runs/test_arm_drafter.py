@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from adaspark.config import ConfigError, compose, to_dict
-from adaspark.schema import arm_view, check_arm, validate
+from adaspark.config_check import validate
+from adaspark.schema import arm_view, check_arm
 
 
 def arm_of(cfg, name: str):
@@ -41,7 +42,7 @@ def test_an_arm_naming_a_drafter_not_composed_is_refused_naming_the_fix():
 
 
 def test_building_an_arm_whose_drafter_has_no_file_names_the_key_to_set():
-    from adaspark.rules import arms
+    from adaspark import arms
 
     cfg = compose(["target=tiny", "drafter=dspark", "drafter.path=elsewhere.gguf"])
     with pytest.raises(ConfigError, match=r"set drafters\.dspark\.path=FILE.*drafter\.path "
@@ -50,10 +51,10 @@ def test_building_an_arm_whose_drafter_has_no_file_names_the_key_to_set():
 
 
 def test_the_parts_of_each_arm_load_its_own_drafter(tiny_path, tmp_path):
+    from adaspark import arms
     from adaspark.decoding.drafter import dspark_file as dsf
     from adaspark.decoding.drafter.draft_model import DraftModelDrafter
     from adaspark.decoding.drafter.dspark import DSparkDrafter
-    from adaspark.rules import arms
 
     path = dsf.write_random(tiny_path, tmp_path / "r.gguf", seed=1,
                             shape=dsf.DrafterShape(block_size=4))

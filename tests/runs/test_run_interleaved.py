@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from adaspark.runs.launcher import run_arms
 from adaspark.runs.order import RunUnit, plan_units
-from adaspark.runs.run import compose_for_run, run_arm, run_arms, run_unit
+from adaspark.runs.run import compose_for_run, run_arm, run_unit
 from adaspark.runs.settings import RunMismatchError, RunSettings
 from adaspark.runs.store import ResultStore
 from adaspark.testset import load_checked_sets

@@ -11,19 +11,18 @@ from pathlib import Path
 import pytest
 
 from adaspark.config import ConfigError
+from adaspark.config_check import validate
 from adaspark.runs.conversation import plan_subset
 from adaspark.runs.order import (
     ROTATION,
     RunUnit,
-    check_groups,
     interleave,
     plan_units,
     protocol_slots,
     rotation,
 )
 from adaspark.runs.run import ArmWalk
-from adaspark.runs.settings import RunConfigError, RunError, RunSettings
-from adaspark.schema import validate
+from adaspark.runs.settings import RunConfigError, RunError, RunSettings, check_groups
 from adaspark.testset import load_checked_sets
 
 REPO = Path(__file__).resolve().parents[2]

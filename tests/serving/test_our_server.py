@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from adaspark import arms
 from adaspark.decoding.loop import generate
-from adaspark.rules import arms
 from adaspark.schema import check_arm
 from adaspark.serving import chat
 from adaspark.serving.client import ChatClient, ServerReplyError

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from adaspark.cli import cmd_serve
 from adaspark.config import ConfigError
 from adaspark.serving.main import (
     MainArgs,
@@ -16,7 +17,6 @@ from adaspark.serving.main import (
     main,
     main_argv,
     parse_main_args,
-    serve_command,
 )
 
 #: A value other than the default for every field, and how it is written as a ``key=value`` word.
@@ -125,7 +125,7 @@ def test_an_unknown_key_lists_the_known_ones():
 
 def test_serve_refuses_a_bad_option_before_composing():
     with pytest.raises(ConfigError, match="busy_wait_s=-1"):
-        serve_command(["arm=ar", "busy_wait_s=-1"])
+        cmd_serve(["arm=ar", "busy_wait_s=-1"])
 
 
 def test_main_arguments_round_trip():

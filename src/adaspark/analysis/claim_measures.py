@@ -148,7 +148,7 @@ def other_pinned(regime: Regime, options: Any, *, block: str) -> Measured:
 
 
 def _survey_medians(regime: Regime) -> pd.DataFrame:
-    from adaspark.analysis.survey import survey_medians
+    from adaspark.replay.survey import survey_medians
 
     survey = regime.survey()
     if survey.empty:
@@ -173,7 +173,7 @@ def slope_ratio(regime: Regime, options: Any, *, wide: int, narrow: int) -> Meas
     """β of Eq. (3) at ``wide`` rows over β at ``narrow`` rows (Table 1's context slope)."""
     import numpy as np
 
-    from adaspark.analysis.survey import fit_context_law
+    from adaspark.replay.survey import fit_context_law
 
     med = _survey_medians(regime)
     beta = {}

@@ -3,7 +3,7 @@
 Two servers are up at once and every prompt is served by both in turn, rotating which goes first
 (:func:`rotation`), so slow drift of a busy machine falls on both alike. Each repetition of a
 prompt gives one *pair* of replies; its log ratio is ``log(speed A / speed B)`` on the client's
-clock (§4.1, :func:`adaspark.analysis.stats.decode_tps`). The ratio of a prompt is the geometric
+clock (§4.1, :func:`adaspark.serving.client.decode_tps`). The ratio of a prompt is the geometric
 mean over its pairs, with a bootstrap interval over those pairs; a group of prompts (a context
 band, a kind of prompt, all of them) pools its pairs with the prompts as clusters, as §4.1
 resamples conversations (:func:`adaspark.analysis.bootstrap.bootstrap_geomean`).

@@ -274,7 +274,7 @@ def _paper_rows(name: str, target: str | None) -> tuple[list[str], list[list[str
 def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[Any]:
     """The report's replay sections (an explanation when the replay stage has not run);
     ``runs_dir`` holds ``labelled/`` and ``arms/``."""
-    from adaspark.analysis.report import Section, _frame_cells
+    from adaspark.analysis.sections import Section, frame_cells
     from adaspark.analysis.tables.table3 import table3_pinned_widths
     from adaspark.analysis.tables.table6 import table6_ablation
     from adaspark.analysis.tables.table8 import table8_by_workload
@@ -348,7 +348,7 @@ def replay_sections(replay_dir: Path, runs_dir: Path, options: Options) -> list[
                 note = f" {STAND_IN}."
                 t = relabel_stand_in(t)
             pair = [(f"{t.attrs['label']} in replay under {dev}: {t.attrs['title']}",
-                     *_frame_cells(t))]
+                     *frame_cells(t))]
             pr = _paper_rows(name, paper)
             if pr is not None:
                 pair.append((f"Paper, {paper}", *pr))

@@ -20,7 +20,6 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from adaspark.analysis import paper_values
 from adaspark.analysis.bootstrap import DEFAULT_CONFIDENCE
 from adaspark.analysis.records import AR, BLOCKS, Options, Records
 from adaspark.analysis.run_selection import selection_from_params
+from adaspark.analysis.sections import Section, Table, frame_cells
 from adaspark.analysis.tables.common import (
     block_of,
     compare_or_none,
@@ -147,44 +147,6 @@ def sharding_note(replies: pd.DataFrame) -> str | None:
 # Assembling
 
 
-Table = tuple[str, list[str], list[list[str]]]
-
-
-@dataclass
-class Section:
-    """One part of the report: a heading and blocks in order: ``("p", text)``,
-    ``("ul", [items])``, ``("tables", [(title, columns, rows), ...])`` (set side by side in
-    HTML) and ``("figure", (png path, caption))``."""
-
-    heading: str
-    level: int = 2
-    blocks: list[tuple[str, Any]] = field(default_factory=list)
-
-    def p(self, text: str) -> Section:
-        self.blocks.append(("p", text))
-        return self
-
-    def ul(self, items: list[str]) -> Section:
-        if items:
-            self.blocks.append(("ul", list(items)))
-        return self
-
-    def tables(self, *tables: Table) -> Section:
-        self.blocks.append(("tables", list(tables)))
-        return self
-
-    def figure(self, png: Path, caption: str) -> Section:
-        self.blocks.append(("figure", (png, caption)))
-        return self
-
-
-def _frame_cells(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    from adaspark.analysis.tables.render import formatted
-
-    cells = formatted(frame)
-    return [str(c) for c in cells.columns], cells.to_numpy().tolist()
-
-
 def _paper_cells(name: str) -> tuple[list[str], list[list[str]]]:
     t = paper_values.paper_table(name)
     return [str(c) for c in t.columns], [[str(v) for v in row] for row in t.to_numpy()]
@@ -264,7 +226,7 @@ def _run_section(records: Records, params: dict[str, Any]) -> Section:
 def _why_section(records: Records, tables: dict[str, dict[str, Any]],
                  params: dict[str, Any]) -> Section:
     from adaspark.analysis.figures.fig3 import ratio_at
-    from adaspark.analysis.survey import per_row_increment, survey_medians
+    from adaspark.replay.survey import per_row_increment, survey_medians
 
     sec = Section("Why it differs")
     paper3 = paper_values.paper_figure("fig3")["caption"]["T16_over_T2_at_1596"]
@@ -316,7 +278,7 @@ def _why_section(records: Records, tables: dict[str, dict[str, Any]],
             ["set", "conversation", "turn", "reply"]))
     except FileNotFoundError:
         n = 0
-    from adaspark.runs.rows import PROTOCOL_CAP
+    from adaspark.runs.settings import PROTOCOL_CAP
     from adaspark.testset.subsets import PAPER_COUNTS
 
     sec.p(f"Protocol. This run served the {subset} subset ({n} distinct replies) with replies "
@@ -431,7 +393,7 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
               "drafter's median prompt prefill per reply (a dash where the server does not "
               "report it: llama-server's arms; 0 for our arms without a drafter). "
               "adaspark-w1 is the extension arm that may choose width 1 (plain decode).")
-        ext.tables(("Arms", *_frame_cells(ov)))
+        ext.tables(("Arms", *frame_cells(ov)))
         note = sharding_note(replies)
         if note:
             ext.p(note)

@@ -87,7 +87,6 @@ __all__ = [
     "comparisons_frame",
     "context_band",
     "count_looped",
-    "decode_tps",
 ]
 
 # Worst status wins when an arm's runs disagree on a reply.
@@ -146,7 +145,7 @@ class Comparison:
 
 
 def comparisons_frame(results: dict[Hashable, Any] | Sequence[Any]) -> pd.DataFrame:
-    """One row per comparison (or per :class:`~adaspark.analysis.throughput.ArmThroughput`),
+    """One row per comparison (or per :class:`~adaspark.runs.rows.ArmThroughput`),
     for writing tables."""
     items = list(results.values()) if isinstance(results, dict) else list(results)
     return pd.DataFrame([item.as_dict() for item in items])
@@ -154,35 +153,6 @@ def comparisons_frame(results: dict[Hashable, Any] | Sequence[Any]) -> pd.DataFr
 
 # ---------------------------------------------------------------------------------------------
 # Per reply
-
-
-def decode_tps(completion_tokens: int, t_first_s: float, t_last_s: float) -> float | None:
-    """Client-clock decode speed of one reply, tokens/s (HARNESS "Client clock", §4.1).
-
-    ``(completion_tokens - 1) / (t_last_s - t_first_s)``, the times being those of the first and
-    the last streamed token event. A reply with one token event (``t_last_s == t_first_s``) or at
-    most one token is "single-delta": it has no decode interval, and the result is ``None``.
-    """
-    try:
-        n_tokens = int(completion_tokens)
-        t_first = float(t_first_s)
-        t_last = float(t_last_s)
-    except (TypeError, ValueError) as exc:
-        raise StatsInputError(
-            f"decode_tps needs a token count and two times in seconds, got "
-            f"{completion_tokens!r}, {t_first_s!r}, {t_last_s!r}"
-        ) from exc
-    if n_tokens != completion_tokens:
-        raise StatsInputError(f"completion_tokens must be a whole number, got {completion_tokens}")
-    if n_tokens < 0:
-        raise StatsInputError(f"completion_tokens must be >= 0, got {n_tokens}")
-    if not (math.isfinite(t_first) and math.isfinite(t_last)):
-        raise StatsInputError(f"token event times must be finite, got {t_first}, {t_last}")
-    if t_last < t_first:
-        raise StatsInputError(f"last token event ({t_last} s) is before the first ({t_first} s)")
-    if n_tokens <= 1 or t_last == t_first:
-        return None
-    return (n_tokens - 1) / (t_last - t_first)
 
 
 def context_band(context_tokens: float, split_tokens: int = DEFAULT_CONTEXT_SPLIT_TOKENS) -> str:

@@ -15,51 +15,7 @@ import pandas as pd
 
 from adaspark.analysis.bootstrap import StatsInputError
 from adaspark.analysis.stats import arm_speeds, select_arm
-from adaspark.runs.rows import CUT, KEY_COLUMNS, LOOPED, SINGLE_DELTA
-
-
-@dataclass(frozen=True)
-class ArmThroughput:
-    """An arm's aggregate decode speed (Table 4, left): decode tokens over decode time, summed.
-
-    ``tokens_per_s`` is ``decode_tokens / decode_s``; NaN when no reply is left (a dash).
-    Only the arm's own looped replies and its single-delta replies are left out; cut replies
-    stay in.
-    """
-
-    arm: str
-    tokens_per_s: float
-    decode_tokens: float
-    decode_s: float
-    n_replies: int
-    n_looped_excluded: int
-    n_single_delta_excluded: int
-    n_cut: int
-    group: Hashable | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain mapping, for a record or a table row."""
-        return asdict(self)
-
-
-def _throughput(speeds: pd.DataFrame, arm: str, group: Hashable | None) -> ArmThroughput:
-    looped = speeds["status"] == LOOPED
-    single = speeds["status"] == SINGLE_DELTA
-    kept = speeds[~looped & ~single]
-    decode_tokens = (kept["completion_tokens"] - 1.0).clip(lower=0.0)
-    decode_s = float((decode_tokens / kept["decode_tps"]).sum())
-    tokens = float(decode_tokens.sum())
-    return ArmThroughput(
-        arm=arm,
-        tokens_per_s=tokens / decode_s if decode_s > 0 else float("nan"),
-        decode_tokens=tokens,
-        decode_s=decode_s,
-        n_replies=len(kept),
-        n_looped_excluded=int(looped.sum()),
-        n_single_delta_excluded=int(single.sum()),
-        n_cut=int((kept["status"] == CUT).sum()),
-        group=group,
-    )
+from adaspark.runs.rows import KEY_COLUMNS, LOOPED, ArmThroughput, pooled_throughput
 
 
 @overload
@@ -87,7 +43,7 @@ def arm_throughput(
     """
     speeds = arm_speeds(df, arm)
     if by is None:
-        result = _throughput(speeds, arm, None)
+        result = pooled_throughput(speeds, arm, None)
         if result.n_replies == 0:
             raise StatsInputError(
                 f"arm {arm!r} has no reply left after exclusions ({len(speeds)} replies, "
@@ -99,7 +55,8 @@ def arm_throughput(
         raise StatsInputError(f"cannot group throughput by {by!r}; use one of {list(KEY_COLUMNS)}")
     labels = speeds.index.get_level_values(by)
     return {
-        label: _throughput(speeds[labels == label], arm, label) for label in dict.fromkeys(labels)
+        label: pooled_throughput(speeds[labels == label], arm, label)
+        for label in dict.fromkeys(labels)
     }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from adaspark.decoding.drafter.base import Drafter, DrafterStats
 from adaspark.decoding.engine import Target
-from adaspark.rules.base import RoundCounts, RoundOutcome, RoundState, WidthRule
+from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundState, WidthRule
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Generation:
     model emitted one); ``decode_s`` is the time of the rounds (prefill excluded);
     ``drafter_prefill_s`` is the drafter's ``begin(prompt)`` (its prompt prefill, before the
     first round; 0 without a drafter). ``counts``
-    sums the rounds' :class:`~adaspark.rules.base.RoundCounts` (rows and accepted rows by
+    sums the rounds' :class:`~adaspark.decoding.round.RoundCounts` (rows and accepted rows by
     source), the one count of drafted rows."""
 
     tokens: list[int]

@@ -22,6 +22,9 @@ from adaspark.jit import kernel
 MAX_ROWS_EXACT = 63
 #: Widest verify otherwise (the top of the paper's ladder).
 MAX_ROWS_FAST = 64
+#: The widest verify a config may name (HARNESS "Widths"): no width of an arm or of the
+#: scheduler's ladder may exceed it.
+MAX_WIDTH = MAX_ROWS_FAST
 
 
 class TreeError(ValueError):

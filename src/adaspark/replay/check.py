@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from adaspark.decoding.round_trace import RequestTrace, TraceRow
 from adaspark.replay.loop import ReplayedReply
-from adaspark.runs.round_trace import RequestTrace, TraceRow
 
 #: The fields of a round a replay must reproduce (times are the pricer's, not compared).
 ROUND_KEYS = ("anchor_pos", "rows", "accepted", "committed", "picks")

@@ -29,6 +29,7 @@ import numpy as np
 
 from adaspark import io
 from adaspark.config import ConfigError, compose
+from adaspark.decoding.round_trace import TRACE_DIR, RequestTrace, read_traces, write_request
 from adaspark.replay.check import check_replay
 from adaspark.replay.labels import (
     LabelsTooShort,
@@ -40,7 +41,6 @@ from adaspark.replay.labels import (
 )
 from adaspark.replay.loop import ReplayedReply, replay_reply
 from adaspark.replay.prices import DevicePrices, Pricer, RecordedPrices
-from adaspark.runs.round_trace import TRACE_DIR, RequestTrace, read_traces, write_request
 from adaspark.runs.rows import reply_turn
 from adaspark.runs.store import ROWS_FILE
 
@@ -222,7 +222,7 @@ def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestT
                max_rows: int) -> list[ReplayedReply]:
     """One fresh rule replays every reply in the run's order (a learning rule's state carries
     from reply to reply, as in the run); the replies come back in that order."""
-    from adaspark.rules.arms import make_arm_rule
+    from adaspark.arms import make_arm_rule
 
     extra: dict[str, Any] = {}
     if "store" in arm.rule:
@@ -261,14 +261,14 @@ def check_labelling_backend(backend: str | None = None) -> None:
 class Labeller:
     """An arm's labels over a run's replies, from the label store or made on the engine.
 
-    The engine (``rules.arms.build`` in exact mode) is loaded only when a prompt has too few
+    The engine (``arms.build`` in exact mode) is loaded only when a prompt has too few
     labels; ``engine=False`` (the replay stage, whose labels the labels stage made) refuses to
     label instead, naming the stage to rerun."""
 
     def __init__(self, cfg: Any, arm: Any, root: Path, *, engine: bool = True,
                  restart: bool = False, log: Any = None) -> None:
         from adaspark import model_files
-        from adaspark.rules.arms import make_arm_rule
+        from adaspark.arms import make_arm_rule
         from adaspark.schema import arm_view, drafter_config, scheduler_mapping, target_config
 
         self.cfg, self.arm, self.engine = cfg, arm, engine
@@ -302,7 +302,7 @@ class Labeller:
         self.spent_by_part: dict[str, float] = {}  # label_jointly: target and drafter seconds
 
     def _parts(self, label: bool = True) -> Any:
-        from adaspark.rules.arms import build
+        from adaspark.arms import build
 
         if self.parts is None:
             if label and not self.engine:
@@ -340,7 +340,7 @@ class Labeller:
     def drafter_on(self, target: Any) -> Any:
         """This labeller's drafter, on its own target or (another labeller's pass) on
         ``target``: built there once, closed with this labeller."""
-        from adaspark.rules.arms import build_drafter
+        from adaspark.arms import build_drafter
 
         if not self.drafted:
             return None
@@ -428,8 +428,9 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
 
 def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     """``adaspark replay ...``: the arguments, the composed config, then :func:`replay_arm`."""
+    from adaspark.config_check import validate
     from adaspark.overrides import check_overrides
-    from adaspark.schema import check_arm, validate
+    from adaspark.schema import check_arm
 
     mine, rest = _split(args, ("run_dir", "device", "out", "replies_of", "labels"))
     if "run_dir" not in mine:

@@ -26,8 +26,8 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
+from adaspark.checks import check_group, spec
 from adaspark.config import ConfigError
-from adaspark.schema import check_group, spec
 
 LABELS = ("measured", "reconstructed", "synthetic")
 
@@ -311,7 +311,7 @@ def device_from_survey(survey: Any, *, name: str, source: str, draft_ms: float, 
                        timing_source: str, drafters: dict[str, DrafterTime] | None = None
                        ) -> DeviceModel:
     """A ``measured`` device model from a survey of this project (``survey.parquet``'s rows,
-    :mod:`adaspark.analysis.survey`): one row class per surveyed width, whose time is the
+    :mod:`adaspark.replay.survey`): one row class per surveyed width, whose time is the
     polyline through the width's median verify time at each surveyed context, and a width
     between two surveyed ones priced on the straight line between them (``shape: linear``).
     Both follow what was measured here: one least-squares line per width over 443-8,444 tokens
@@ -324,7 +324,7 @@ def device_from_survey(survey: Any, *, name: str, source: str, draft_ms: float, 
     ``draft_ms`` and ``host_ms`` come from elsewhere (a run's round trace: ``timing_source``
     names it), as the survey times verifies only; ``drafters``, D by drafter kind, from the same
     traces."""
-    from adaspark.analysis.survey import survey_medians
+    from adaspark.replay.survey import survey_medians
 
     med = survey_medians(survey)
     if med.empty:

@@ -7,7 +7,7 @@ walked from the labels (a row is accepted when its parent is and its token is th
 parent's text position, :mod:`adaspark.replay.labels`); the committed tokens are the accepted
 drafts and the label after them; the rule observes the outcome with the pricer's times
 (:mod:`adaspark.replay.prices`) in place of measured ones. The records are a real run's trace
-rows (:class:`~adaspark.runs.round_trace.TraceRow`), so a replay and the run it replays compare
+rows (:class:`~adaspark.decoding.round_trace.TraceRow`), so a replay and the run it replays compare
 row by row.
 """
 
@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from adaspark.decoding.loop import emitted_tokens
+from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundState, WidthRule
+from adaspark.decoding.round_trace import TraceRow
 from adaspark.decoding.tree import Tree
 from adaspark.replay.labels import PromptLabels
 from adaspark.replay.prices import Pricer
-from adaspark.rules.base import RoundCounts, RoundOutcome, RoundState, WidthRule
-from adaspark.runs.round_trace import TraceRow
 
 
 @dataclass

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from adaspark.decoding.round_trace import RequestTrace
 from adaspark.replay.device import DeviceModel
-from adaspark.runs.round_trace import RequestTrace
 
 #: The terms of a round, in the order a table shows them.
 TERMS = ("verify", "draft", "rest", "round")

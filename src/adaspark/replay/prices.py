@@ -1,12 +1,12 @@
 """What a replayed round costs (issue 14, "Replay"): the times a width rule is told.
 
 A :class:`Pricer` gives, for each round of a reply, the times a real round's
-:class:`~adaspark.rules.base.RoundOutcome` carries: ``verify_s`` (T), ``fixed_s`` (D: the
+:class:`~adaspark.decoding.round.RoundOutcome` carries: ``verify_s`` (T), ``fixed_s`` (D: the
 drafter and the scheduler's own tree build), ``draft_s`` (the drafter's part of D), ``commit_s``
 and ``round_s`` (the whole round, which rho is priced over, §3.4).
 
 - :class:`RecordedPrices` (device model ``recorded``): each round's recorded times from a real
-  run's trace (:mod:`adaspark.runs.round_trace`), by round index. It supplies times only; trees,
+  run's trace (:mod:`adaspark.decoding.round_trace`), by round index. It supplies times only; trees,
   accepted paths and committed tokens come from the rule and the labels.
 - :class:`DevicePrices`: a device model's (:mod:`adaspark.replay.device`): T(n rows, context),
   the drafter's D on drafted rounds (by its kind and the positions drafted, where the model
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from adaspark.decoding.round_trace import RequestTrace
 from adaspark.replay.device import DeviceModel
-from adaspark.runs.round_trace import RequestTrace
 
 
 @dataclass(frozen=True)

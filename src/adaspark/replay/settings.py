@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from adaspark.checks import check_group, spec
 from adaspark.config import ConfigError
-from adaspark.schema import check_group, spec
 
 #: The labels stage's list of Figure 5's prompts (``runs/labels/fig5_prompts.json``).
 FIG5_PROMPTS = "fig5_prompts.json"
@@ -47,7 +47,7 @@ def read_replay_params(path: str) -> tuple[Any, dict[str, Any], ReplaySettings]:
     ``replay`` section."""
     from omegaconf import OmegaConf
 
-    from adaspark.stages import read_params
+    from adaspark.config_check import read_params
 
     cfg = read_params(path)
     params = OmegaConf.to_container(cfg, resolve=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from adaspark.decoding.candidates import from_block
 from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.round import RoundPlan, RoundState, WidthRule
 from adaspark.decoding.tree import best_first_order, chain_tree, prefix_tree
-from adaspark.rules.base import RoundPlan, RoundState, WidthRule
 
 # -- rules without learned models -------------------------------------------------------------
 

@@ -47,13 +47,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from adaspark.checks import check_group, spec
 from adaspark.config import ConfigError
 from adaspark.io import scratch_dir
 from adaspark.runs.order import RunUnit
 from adaspark.runs.progress import ArmSummary, summarize
 from adaspark.runs.rows import ReplyRow
 from adaspark.runs.settings import RunError, RunSettings
-from adaspark.schema import check_group, spec
 
 Key = tuple[str, str, int, int]
 
@@ -75,7 +75,7 @@ class LauncherSettings:
         raw = cfg.get("launcher") if hasattr(cfg, "get") else None
         if raw is None:
             return cls()
-        from adaspark.schema import plain
+        from adaspark.checks import plain
 
         return check_group(cls, plain(raw), "launcher", extra="refuse")  # type: ignore[no-any-return]
 
@@ -262,7 +262,7 @@ def _run_unit_ray_held(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings:
     from omegaconf import OmegaConf
 
     from adaspark.runs.conversation import plan_subset
-    from adaspark.runs.run import _open_arm
+    from adaspark.runs.run import open_arm
     from adaspark.runs.store import CRASH_FILE, write_run_json
     from adaspark.testset import load_checked_sets
 
@@ -274,7 +274,7 @@ def _run_unit_ray_held(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings:
     sets = load_checked_sets(settings.testset_dir())
     plan = plan_subset(sets, settings.subset)
     record = launcher.record()
-    arms = {e: _open_arm(cfg, e, Path(dirs[e]), settings, plan, unit, on_mismatch,
+    arms = {e: open_arm(cfg, e, Path(dirs[e]), settings, plan, unit, on_mismatch,
                          launcher=record) for e in unit.entries}
     params = OmegaConf.to_container(cfg, resolve=True)
     checkout = launcher.checkout or os.getcwd()

@@ -58,28 +58,6 @@ class RunUnit:
                 "position": self.entries.index(entry), "rotation": ROTATION}
 
 
-def check_groups(groups: Mapping[str, Any]) -> dict[str, list[str]]:
-    """``run.groups``: a mapping of group names to lists of arm names; an arm in one group at
-    most; no repeat entry (``<arm>@N`` runs alone, around its group)."""
-    out: dict[str, list[str]] = {}
-    seen: dict[str, str] = {}
-    for name, arms in groups.items():
-        if not isinstance(arms, list | tuple) or not all(isinstance(a, str) for a in arms):
-            raise RunConfigError(f"run.groups.{name}={arms!r} is not allowed: a group is a list "
-                                 "of arm names, e.g. run.groups={default: [ar, chain3]}")
-        for a in arms:
-            if "@" in a:
-                raise RunConfigError(
-                    f"run.groups.{name} names the repeat entry {a!r}: a repeat runs alone, "
-                    f"before or after its group (Table 3); list {a.partition('@')[0]!r} instead")
-            if a in seen:
-                raise RunConfigError(f"run.groups: arm {a!r} is in groups {seen[a]!r} and "
-                                     f"{name!r}; an arm belongs to one group at most")
-            seen[a] = str(name)
-        out[str(name)] = list(arms)
-    return out
-
-
 def plan_units(entries: Sequence[str], order: str,
                groups: Mapping[str, Sequence[str]]) -> list[RunUnit]:
     """The run units of ``entries`` (a run's arm list, in its order). Sequential: each entry

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaspark.runs.rows import CUT, FINISHED, LOOPED, SINGLE_DELTA, ReplyRow
+from adaspark.runs.rows import CUT, FINISHED, LOOPED, SINGLE_DELTA, ReplyRow, pooled_throughput
 from adaspark.runs.settings import ArmEntry
 
 # ---------------------------------------------------------------------------------------------
@@ -105,9 +105,6 @@ def summarize(entry: ArmEntry, engine: str, out_dir: Path, rows: list[dict[str, 
     import numpy as np
     import pandas as pd
 
-    from adaspark.analysis import throughput
-    from adaspark.analysis.bootstrap import StatsInputError
-
     s = ArmSummary(entry.entry, engine, str(out_dir), len(rows), n_expected,
                    resumed_from=resumed_from, wall_s=wall_s)
     if not rows:
@@ -119,10 +116,7 @@ def summarize(entry: ArmEntry, engine: str, out_dir: Path, rows: list[dict[str, 
     s.accepted = int(df["server_accepted"].sum())
     s.median_ttft_s = float(np.nanmedian(df["ttft_s"])) if df["ttft_s"].notna().any() \
         else float("nan")
-    try:
-        s.tokens_per_s = throughput.arm_throughput(df, entry.name).tokens_per_s
-    except StatsInputError:
-        pass
+    s.tokens_per_s = pooled_throughput(df, entry.name, None).tokens_per_s
     return s
 
 

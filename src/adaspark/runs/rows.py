@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from adaspark.io import arrow_schema
+from adaspark.runs.settings import ArmEntry
 
 if TYPE_CHECKING:  # annotations only: the schema stays importable without the runner's parts
-    from adaspark.runs.settings import ArmEntry
+    import pandas as pd
+
     from adaspark.serving.client import Reply
     from adaspark.testset import Conversation
 
@@ -44,9 +47,6 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 )
 FINISHED, CUT, LOOPED, SINGLE_DELTA = "finished", "cut", "looped", "single-delta"
 STATUSES: tuple[str, ...] = (FINISHED, CUT, LOOPED, SINGLE_DELTA)
-#: The protocol's reply cap (tokens): a reply that reaches it is ``looped`` (HARNESS "Caps and
-#: loops"); a run's own shorter cap (``run.cap``) makes ``cut`` replies instead.
-PROTOCOL_CAP = 8192
 
 # ---------------------------------------------------------------------------------------------
 # Rows
@@ -171,3 +171,54 @@ def reply_turn(request_id: str | None) -> tuple[str, str, int] | None:
     if len(parts) < 4 or not parts[-2].isdigit():
         return None
     return ".".join(parts[:-3]), parts[-3], int(parts[-2])
+
+
+# ---------------------------------------------------------------------------------------------
+# An arm's decode speed over its replies
+
+
+@dataclass(frozen=True)
+class ArmThroughput:
+    """An arm's aggregate decode speed (Table 4, left): decode tokens over decode time, summed.
+
+    ``tokens_per_s`` is ``decode_tokens / decode_s``; NaN when no reply is left (a dash).
+    Only the arm's own looped replies and its single-delta replies are left out; cut replies
+    stay in.
+    """
+
+    arm: str
+    tokens_per_s: float
+    decode_tokens: float
+    decode_s: float
+    n_replies: int
+    n_looped_excluded: int
+    n_single_delta_excluded: int
+    n_cut: int
+    group: Hashable | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain mapping, for a record or a table row."""
+        return asdict(self)
+
+
+def pooled_throughput(speeds: pd.DataFrame, arm: str, group: Hashable | None) -> ArmThroughput:
+    """An arm's decode tok/s from one row per reply (``status``, ``completion_tokens`` and the
+    reply's ``decode_tps``): decode tokens over decode time, summed (§4.1; the statistics'
+    :func:`adaspark.analysis.throughput.arm_throughput` and a run's closing summary)."""
+    looped = speeds["status"] == LOOPED
+    single = speeds["status"] == SINGLE_DELTA
+    kept = speeds[~looped & ~single]
+    decode_tokens = (kept["completion_tokens"] - 1.0).clip(lower=0.0)
+    decode_s = float((decode_tokens / kept["decode_tps"]).sum())
+    tokens = float(decode_tokens.sum())
+    return ArmThroughput(
+        arm=arm,
+        tokens_per_s=tokens / decode_s if decode_s > 0 else float("nan"),
+        decode_tokens=tokens,
+        decode_s=decode_s,
+        n_replies=len(kept),
+        n_looped_excluded=int(looped.sum()),
+        n_single_delta_excluded=int(single.sum()),
+        n_cut=int((kept["status"] == CUT).sum()),
+        group=group,
+    )

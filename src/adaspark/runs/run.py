@@ -59,8 +59,8 @@ from adaspark.runs.conversation import (
 )
 from adaspark.runs.fingerprint import fingerprint
 from adaspark.runs.launch import launch
-from adaspark.runs.order import RunUnit, interleave, plan_units, protocol_slots
-from adaspark.runs.progress import ArmSummary, ProgressView, summarize, summary_table
+from adaspark.runs.order import RunUnit, interleave, protocol_slots
+from adaspark.runs.progress import ArmSummary, ProgressView, summarize
 from adaspark.runs.rows import ReplyRow, make_row, reply_id
 from adaspark.runs.settings import (
     ArmEntry,
@@ -164,7 +164,7 @@ class _ArmRun:
     walk: ArmWalk
 
 
-def _open_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings,
+def open_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings,
               plan: list[Planned], unit: RunUnit, on_mismatch: str,
               prior: list[dict[str, Any]] | None = None,
               launcher: dict[str, Any] | None = None) -> _ArmRun:
@@ -237,7 +237,7 @@ def run_unit(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettin
     with ExitStack() as held:  # one writer per run directory, for the run's life
         for d in dirs.values():
             held.enter_context(RunLock(d))
-        arms = [_open_arm(cfg, e, dirs[e], settings, plan, unit, on_mismatch,
+        arms = [open_arm(cfg, e, dirs[e], settings, plan, unit, on_mismatch,
                           prior=(prior or {}).get(e)) for e in unit.entries]
         active = [a for a in arms if a.pending]
         own_view = view is None
@@ -329,20 +329,6 @@ def _serve(cfg: Any, unit: RunUnit, active: list[_ArmRun], plan: list[Planned],
             close(conv_now)
 
 
-def run_unit_launched(cfg: Any, unit: RunUnit, dirs: dict[str, Path], settings: RunSettings,
-                      **kw: Any) -> list[ArmSummary]:
-    """:func:`run_unit` on this machine, or over a Ray cluster when the config's launcher is
-    ``ray`` (:mod:`adaspark.runs.cluster`)."""
-    from adaspark.runs.cluster import LauncherSettings, run_unit_ray
-
-    launcher = LauncherSettings.from_config(cfg)
-    if launcher.name == "ray":
-        kw.pop("sets", None)
-        kw.pop("view", None)
-        return run_unit_ray(cfg, unit, dirs, settings, launcher, **kw)
-    return run_unit(cfg, unit, dirs, settings, **kw)
-
-
 def run_arm(cfg: Any, entry_text: str, out_dir: Path, settings: RunSettings, *,
             sets: list[SetFile] | None = None, view: ProgressView | None = None,
             on_reply: Callable[[ReplyRow], None] | None = None,
@@ -371,28 +357,6 @@ class _nullcontext:
 
     def __exit__(self, *exc: object) -> None:
         return None
-
-
-def run_arms(cfg: Any, entries: list[str], out_root: Path, settings: RunSettings, *,
-             stream: Any = None) -> list[ArmSummary]:
-    """Several arms (``adaspark run``, the benchmark), each into ``out_root/<entry>``, in
-    ``run.order`` (:func:`adaspark.runs.order.plan_units`); one table at the end, in the
-    entries' order."""
-    from adaspark.runs.cluster import LauncherSettings, ray_cluster
-
-    units = plan_units(entries, settings.order, settings.groups)
-    sets = load_checked_sets(settings.testset_dir())
-    by_entry: dict[str, ArmSummary] = {}
-    launcher = LauncherSettings.from_config(cfg)
-    with ExitStack() as stack, ProgressView(stream) as view:
-        if launcher.name == "ray":  # one cluster for every unit
-            stack.enter_context(ray_cluster(launcher, lambda m: print(m, file=sys.stderr)))
-        for u in units:
-            summaries = run_unit_launched(cfg, u, {e: out_root / e for e in u.entries},
-                                          settings, sets=sets, view=view)
-            by_entry.update(zip(u.entries, summaries, strict=True))
-        view.console.print(summary_table([by_entry[e] for e in entries]))
-    return [by_entry[e] for e in entries]
 
 
 def compose_for_run(args: list[str]) -> DictConfig:

@@ -4,19 +4,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from adaspark import paths
+from adaspark.checks import check_group, spec
 from adaspark.config import ConfigError
-from adaspark.runs.rows import PROTOCOL_CAP
-from adaspark.schema import ArmConfig, arm_view, check_arm, check_group, drafter_key, spec
+from adaspark.schema import ArmConfig, arm_view, check_arm, drafter_key
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.testset.subsets import SUBSETS
 
 #: ``run.order``'s choices (:mod:`adaspark.runs.order`).
 ORDERS = ("sequential", "interleaved")
+#: The protocol's reply cap (tokens): a reply that reaches it is ``looped`` (HARNESS "Caps and
+#: loops"); a run's own shorter cap (``run.cap``) makes ``cut`` replies instead.
+PROTOCOL_CAP = 8192
 
 
 class RunError(RuntimeError):
@@ -60,9 +64,7 @@ class RunSettings:
     @classmethod
     def check(cls, section: Any) -> RunSettings:
         """The section checked against the fields' types, ranges and choices (``groups``:
-        :func:`adaspark.runs.order.check_groups`)."""
-        from adaspark.runs.order import check_groups
-
+        :func:`check_groups`)."""
         try:
             settings = check_group(cls, section, "run", extra="refuse")
         except RunConfigError:
@@ -89,6 +91,28 @@ class RunSettings:
 
     def testset_dir(self) -> Path:
         return paths.from_cwd_or_repo(self.testset)
+
+
+def check_groups(groups: Mapping[str, Any]) -> dict[str, list[str]]:
+    """``run.groups``: a mapping of group names to lists of arm names; an arm in one group at
+    most; no repeat entry (``<arm>@N`` runs alone, around its group)."""
+    out: dict[str, list[str]] = {}
+    seen: dict[str, str] = {}
+    for name, arms in groups.items():
+        if not isinstance(arms, list | tuple) or not all(isinstance(a, str) for a in arms):
+            raise RunConfigError(f"run.groups.{name}={arms!r} is not allowed: a group is a list "
+                                 "of arm names, e.g. run.groups={default: [ar, chain3]}")
+        for a in arms:
+            if "@" in a:
+                raise RunConfigError(
+                    f"run.groups.{name} names the repeat entry {a!r}: a repeat runs alone, "
+                    f"before or after its group (Table 3); list {a.partition('@')[0]!r} instead")
+            if a in seen:
+                raise RunConfigError(f"run.groups: arm {a!r} is in groups {seen[a]!r} and "
+                                     f"{name!r}; an arm belongs to one group at most")
+            seen[a] = str(name)
+        out[str(name)] = list(arms)
+    return out
 
 
 @dataclass(frozen=True)

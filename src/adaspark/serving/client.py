@@ -19,13 +19,13 @@ event.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from adaspark.analysis import stats
 from adaspark.serving.tool_calls import MessageAssembler
 
 
@@ -36,6 +36,35 @@ class ServerReplyError(RuntimeError):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+
+
+def decode_tps(completion_tokens: int, t_first_s: float, t_last_s: float) -> float | None:
+    """Client-clock decode speed of one reply, tokens/s (HARNESS "Client clock", §4.1).
+
+    ``(completion_tokens - 1) / (t_last_s - t_first_s)``, the times being those of the first and
+    the last streamed token event. A reply with one token event (``t_last_s == t_first_s``) or at
+    most one token is "single-delta": it has no decode interval, and the result is ``None``.
+    """
+    try:
+        n_tokens = int(completion_tokens)
+        t_first = float(t_first_s)
+        t_last = float(t_last_s)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"decode_tps needs a token count and two times in seconds, got "
+            f"{completion_tokens!r}, {t_first_s!r}, {t_last_s!r}"
+        ) from exc
+    if n_tokens != completion_tokens:
+        raise ValueError(f"completion_tokens must be a whole number, got {completion_tokens}")
+    if n_tokens < 0:
+        raise ValueError(f"completion_tokens must be >= 0, got {n_tokens}")
+    if not (math.isfinite(t_first) and math.isfinite(t_last)):
+        raise ValueError(f"token event times must be finite, got {t_first}, {t_last}")
+    if t_last < t_first:
+        raise ValueError(f"last token event ({t_last} s) is before the first ({t_first} s)")
+    if n_tokens <= 1 or t_last == t_first:
+        return None
+    return (n_tokens - 1) / (t_last - t_first)
 
 
 @dataclass
@@ -80,7 +109,7 @@ class Reply:
         if not self.streamed or self.n_token_events <= 1 or self.t_first is None:
             return None
         assert self.t_last is not None
-        return stats.decode_tps(self.completion_tokens, self.t_first, self.t_last)
+        return decode_tps(self.completion_tokens, self.t_first, self.t_last)
 
     def message(self) -> dict[str, Any]:
         """The reply as an assistant message, to carry as history."""

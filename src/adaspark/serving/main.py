@@ -57,8 +57,9 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
+from adaspark.checks import check_value, spec
 from adaspark.config import ConfigError
-from adaspark.schema import check_arm, check_value, spec
+from adaspark.schema import check_arm
 from adaspark.serving.http import make_app
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.serving.service import ArmService
@@ -74,7 +75,7 @@ DEFAULT_HOST = "127.0.0.1"
 @dataclass(frozen=True)
 class ServeOptions:
     """Where and how to serve; everything about the engine comes from the config. Each field's
-    metadata (:func:`adaspark.schema.spec`) gives its range or choices and its help line; values
+    metadata (:func:`adaspark.checks.spec`) gives its range or choices and its help line; values
     are checked when the options are made (a :class:`~adaspark.config.ConfigError` naming the
     key, the value and what is allowed)."""
 
@@ -296,23 +297,6 @@ def serve(cfg: DictConfig, arm: DictConfig, opts: ServeOptions, *, exact: bool) 
             cur.cancel.set()
         service.close()
     return 0
-
-
-def serve_command(args: list[str]) -> int:
-    """``adaspark serve key=value ...``: the words whose key is a field of
-    :class:`ServeOptions` are the server's options; the rest compose ``conf/`` (``arm=NAME``
-    picks the arm, ``exact=true|false`` the kernels)."""
-    from adaspark.config import compose, split_words
-    from adaspark.overrides import check_overrides
-    from adaspark.schema import validate
-
-    rest, words = split_words(args, {f.name for f in fields(ServeOptions)})
-    opts = ServeOptions.from_overrides(words)
-    check_overrides(rest, "serve")
-    cfg = compose(rest)
-    validate(cfg, command="serve")
-    exact = False if cfg.get("exact") is None else bool(cfg.exact)
-    return serve(cfg, cfg.arm, opts, exact=exact)
 
 
 @dataclass(frozen=True)

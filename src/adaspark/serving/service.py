@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark.decoding.drafter.base import DrafterStats
 from adaspark.decoding.loop import Generation, generate
-from adaspark.rules.base import RoundCounts, make_rule
+from adaspark.decoding.round import RoundCounts
+from adaspark.rules.base import make_rule
 from adaspark.schema import ArmConfig
 from adaspark.serving import chat, tool_calls
 from adaspark.serving.requests import TOOL_FALLBACKS, ChatRequest, RequestError
@@ -92,7 +93,7 @@ class ArmService:
                  chat_template: Path | None = None, round_log: Path | None = None,
                  trace_log: Path | None = None,
                  warmup: bool = True, tool_fallback: str = "generic") -> None:
-        from adaspark.rules import arms
+        from adaspark import arms
         from adaspark.schema import arm_view
 
         cfg = arm_view(cfg, arm)  # the arm's own drafter, when its file names one
@@ -284,7 +285,7 @@ class ArmService:
                          timings=timings, error=error)
 
     def _write_trace(self, job: Job, gen: Generation) -> None:
-        from adaspark.runs import round_trace
+        from adaspark.decoding import round_trace
 
         assert self.trace_log is not None
         round_trace.write_request(self.trace_log, round_trace.RequestTrace(

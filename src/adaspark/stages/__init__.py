@@ -7,34 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
-
-def read_params(path: str | Path) -> DictConfig:
-    """The composed ``params.yaml``, checked against :mod:`adaspark.schema` (every group it
-    holds); a missing, unreadable or bad file is a :class:`~adaspark.config.ConfigError` that
-    names it."""
-    from omegaconf import OmegaConf
-
-    from adaspark.config import ConfigError
-    from adaspark.schema import validate
-
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(
-            f"{p} does not exist: compose it with `adaspark config format=yaml > {p}`"
-        )
-    try:
-        cfg = OmegaConf.load(p)
-    except Exception as e:  # a YAML parser's error, whichever it is
-        raise ConfigError(f"{p} is not a YAML file of config sections ({e})") from None
-    if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"{p} is not a mapping of config sections")
-    try:
-        validate(cfg, command="stage")
-    except ConfigError as e:
-        raise ConfigError(f"{p}: {e}") from None
-    return cfg
+from adaspark.config_check import read_params
 
 
 def load_params(path: str | Path) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaspark.config_check import read_params
 from adaspark.io import write_json
 from adaspark.runs.conversation import Planned, plan_subset
 from adaspark.runs.rows import CUT, LOOPED, SINGLE_DELTA
@@ -37,7 +38,7 @@ from adaspark.runs.settings import (
     no_drafter_file,
 )
 from adaspark.runs.store import CRASH_FILE, NOT_RUN_FILE, RUN_FILE, SUMMARY_FILE, ResultStore
-from adaspark.stages import read_params, stage_main
+from adaspark.stages import stage_main
 from adaspark.testset import SetFile, load_checked_sets
 
 #: Replies at least this long must have drafted in a speculative arm.

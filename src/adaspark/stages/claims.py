@@ -98,7 +98,7 @@ def plot_data(out: Path, runs: Path, decode: dict[str, float],
               claims: list[dict[str, Any]]) -> list[Path]:
     """The data behind ``dvc plots``: each arm's decode tok/s, this machine's verify time
     against width (Figure 3), and each claim's deciding estimate against the paper's bound."""
-    from adaspark.analysis.survey import survey_medians
+    from adaspark.replay.survey import survey_medians
 
     files = [io.write_text(out / "decode_tok_s.csv", pd.DataFrame(
         {"arm": list(decode), "decode_tok_s": [round(v, 3) for v in decode.values()]}

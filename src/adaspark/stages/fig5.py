@@ -85,9 +85,9 @@ def _set_rule_key(arm: dict[str, Any], key: str, value: Any) -> None:
 
 def run_fig5(params: dict[str, Any], out: Path, log: Callable[[str], None] = print) -> Path:
     """Decode every (context, prompt, width) once; write ``fig5.parquet`` and ``fig5.json``."""
+    from adaspark import arms as arm_parts
     from adaspark.analysis.figures.fig5 import FIG5_COLUMNS
     from adaspark.decoding.loop import generate
-    from adaspark.rules import arms as arm_parts
     from adaspark.schema import check_arm, scheduler_mapping
     from adaspark.testset.microbench import RESERVE_TOKENS
 

@@ -34,7 +34,7 @@ from adaspark.stages import stage_main
 def drafter_arms(cfg: Any, arms: list[str]) -> tuple[dict[str, str], dict[str, str]]:
     """One arm per drafter the ``arms`` use (by drafter name, the first arm naming it), and the
     arms left out with why (no drafter file; no drafter at all needs no labels of a block)."""
-    from adaspark.rules.arms import make_arm_rule
+    from adaspark.arms import make_arm_rule
     from adaspark.runs.settings import ArmEntry, arm_config, no_drafter_file
     from adaspark.schema import arm_view, scheduler_mapping
 
@@ -108,10 +108,10 @@ def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any,
 
 @stage_main("labels")
 def main(argv: list[str] | None = None) -> int:
+    from adaspark.decoding.round_trace import read_traces
     from adaspark.replay.command import Labeller, arm_trace_dir, joint_groups, label_jointly
     from adaspark.replay.labels import prompt_key
     from adaspark.replay.settings import read_replay_params
-    from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

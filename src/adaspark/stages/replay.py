@@ -70,10 +70,10 @@ def timing_arms(cfg: Any, timing: Path) -> list[tuple[str, str | None, list[Any]
     (the instrumented runs; another arm's directory there, from another config, is left out),
     sorted by name: each arm's name, its drafter kind (None for an arm that drafts nothing) and
     traces."""
+    from adaspark.arms import make_arm_rule
     from adaspark.config import ConfigError
+    from adaspark.decoding.round_trace import read_traces
     from adaspark.replay.command import arm_trace_dir
-    from adaspark.rules.arms import make_arm_rule
-    from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config
     from adaspark.schema import arm_view, scheduler_mapping
 
@@ -143,12 +143,12 @@ def fig5_prompts(cfg: Any, params: dict[str, Any], labels: Path, device: str, ou
     import pyarrow as pa
 
     from adaspark.analysis.figures.fig5 import FIG5_COLUMNS
+    from adaspark.arms import make_arm_rule
     from adaspark.decoding.tree import MAX_ROWS_EXACT
     from adaspark.replay.command import Labeller, pricer_for
     from adaspark.replay.labels import prompt_key
     from adaspark.replay.loop import replay_reply
     from adaspark.replay.settings import FIG5_PROMPTS
-    from adaspark.rules.arms import make_arm_rule
     from adaspark.schema import check_arm, scheduler_mapping, target_config
     from adaspark.stages.fig5 import pinned_arm
 
@@ -194,11 +194,11 @@ def run_turns(params: dict[str, Any]) -> set[tuple[str, str, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     from adaspark.analysis.replay import screen_summary
+    from adaspark.decoding.round_trace import read_traces
     from adaspark.replay.command import replay_arm, survey_device
     from adaspark.replay.device import device_path, load_device
     from adaspark.replay.price_check import price_check
     from adaspark.replay.settings import CPU_MEASURED, read_replay_params
-    from adaspark.runs.round_trace import read_traces
     from adaspark.runs.settings import ArmEntry, arm_config, no_drafter_file
     from adaspark.schema import check_arm
     from adaspark.stages.fig5 import pinned_arm

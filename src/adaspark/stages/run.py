@@ -32,13 +32,13 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from adaspark.config import ConfigError
+from adaspark.config_check import read_params, validate
+from adaspark.runs.launcher import run_unit_launched
 from adaspark.runs.order import RunUnit, plan_units, unit_of
 from adaspark.runs.progress import summary_table
-from adaspark.runs.run import run_unit_launched
 from adaspark.runs.settings import ArmEntry, RunError, RunSettings, arm_config, no_drafter_file
 from adaspark.runs.store import NOT_RUN_FILE
-from adaspark.schema import validate
-from adaspark.stages import read_params, stage_main
+from adaspark.stages import stage_main
 
 
 def apply_sets(cfg: DictConfig, sets: list[str]) -> None:

@@ -21,7 +21,7 @@ Reads ``target``, ``drafter``, ``threads`` and the ``survey`` section of the par
                         verify or the block's reach is left out and named in ``survey.json``
 ``passes``, ``rounds``, ``dropped_rounds``, ``block_positions``, ``testset``
 
-Writes ``survey.parquet`` (one row per verify, :mod:`adaspark.analysis.survey` columns) and
+Writes ``survey.parquet`` (one row per verify, :mod:`adaspark.replay.survey` columns) and
 ``survey.json`` (settings, prompts, medians, machine and provenance).
 """
 
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import pandas as pd
 from omegaconf import OmegaConf
 
-from adaspark.analysis.survey import SURVEY_COLUMNS, median_table
+from adaspark.replay.survey import SURVEY_COLUMNS, median_table
 from adaspark.stages import load_params, stage_main
 from adaspark.stages.measured import (
     model_pair,

@@ -35,8 +35,9 @@ from adaspark.analysis.records import Options
 from adaspark.analysis.run_selection import RunSelection, selection_from_params
 from adaspark.analysis.tables import TABLES
 from adaspark.analysis.tables.render import formatted, missing_cells, write_table
+from adaspark.checks import check_group
 from adaspark.io import write_json
-from adaspark.schema import TablesOptions, check_group
+from adaspark.schema import TablesOptions
 from adaspark.stages import load_params, output_args, stage_main
 
 

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from adaspark.analysis.figures.style import COLOURS, attach_caption, not_run, panels, style
 from adaspark.analysis.records import STAGE_SURVEY, Options, Records
-from adaspark.analysis.survey import survey_medians
+from adaspark.replay.survey import survey_medians
 
 FILLED_BY = "every preset (the survey stage)"
 
@@ -29,7 +29,7 @@ def ratio_at(med: pd.DataFrame, context: int, num: int, den: int) -> float | Non
 
 
 def figure3_verify_cost(survey: pd.DataFrame, target: str) -> Figure:
-    """Figure 3 from survey rows (:mod:`adaspark.analysis.survey` columns): one panel, this
+    """Figure 3 from survey rows (:mod:`adaspark.replay.survey` columns): one panel, this
     target."""
     med = survey_medians(survey)
     with style():

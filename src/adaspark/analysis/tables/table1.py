@@ -2,7 +2,7 @@
 
 Paper: "Verify time (ms) at three contexts for three row counts on each target, and the fit T(c) = α
 + β·c of Eq. (3)". Ours: the survey stage's medians (per-run medians over the rounds kept, then the
-median over runs, :func:`adaspark.analysis.survey.survey_medians`) for 8, 16 and 32 rows, with the
+median over runs, :func:`adaspark.replay.survey.survey_medians`) for 8, 16 and 32 rows, with the
 least-squares line over the surveyed contexts.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pandas as pd
 
 from adaspark.analysis.records import STAGE_SURVEY, Options, Records
-from adaspark.analysis.survey import fit_context_law, survey_medians
 from adaspark.analysis.tables.common import finish, not_run_note
+from adaspark.replay.survey import fit_context_law, survey_medians
 
 ROWS: tuple[int, ...] = (8, 16, 32)
 FILLED_BY = "every preset (the survey stage)"
@@ -23,7 +23,7 @@ def _ctx_column(context: int) -> str:
 
 
 def table1_context_law(survey: pd.DataFrame, target: str) -> pd.DataFrame:
-    """Table 1 from survey rows (:mod:`adaspark.analysis.survey` columns): one row per row count."""
+    """Table 1 from survey rows (:mod:`adaspark.replay.survey` columns): one row per row count."""
     med = survey_medians(survey)
     contexts = sorted(int(c) for c in med["context"].unique())
     rows = []

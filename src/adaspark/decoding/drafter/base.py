@@ -98,7 +98,7 @@ class Drafter(ABC):
 class DrafterStats:
     """Counters kept by the dispatcher for every drafter: blocks drafted and their time (the rows
     verified and accepted are counted once, by source, in the loop's
-    :class:`~adaspark.rules.base.RoundCounts`)."""
+    :class:`~adaspark.decoding.round.RoundCounts`)."""
 
     n_blocks: int = 0
     draft_s: float = 0.0

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -96,25 +95,3 @@ def predict_server_rounds(reference: Sequence[int], successor: Callable[[int], i
         rounds.append(PredictedRound(j, drafts, k))
         j += k + 1
     return rounds
-
-
-# ---------------------------------------------------------------------------------------------
-# The greedy text an oracle is built from
-
-
-def greedy_continuation(target: Any, prompt: Sequence[int], n_tokens: int, *,
-                        n_ctx: int = 2048) -> list[int]:
-    """The target's greedy continuation of ``prompt`` by our engine (the ``ar`` rule):
-    ``target`` is a loaded :class:`~adaspark.decoding.engine.Target` (used as it is) or a GGUF
-    path (loaded in exact mode and closed again)."""
-    from adaspark.decoding.engine import Target
-    from adaspark.decoding.loop import generate
-    from adaspark.rules.base import make_rule
-
-    own = not isinstance(target, Target)
-    t = Target(target, n_ctx, exact=True) if own else target
-    try:
-        return list(generate(t, list(prompt), n_tokens, make_rule("ar")).tokens)
-    finally:
-        if own:
-            t.close()

@@ -2,8 +2,8 @@
 
 Every value lives in ``conf/scheduler/<name>.yaml``; the dataclasses have no defaults, so a key
 missing from the file is an error rather than a silent literal. Each field's metadata
-(:func:`adaspark.schema.spec`) is its range or its choices, from its meaning in the paper; they
-are checked by :func:`adaspark.schema.check_value`, where every config value is checked.
+(:func:`adaspark.checks.spec`) is its range or its choices, from its meaning in the paper; they
+are checked by :func:`adaspark.checks.check_value`, where every config value is checked.
 ``load_config`` reads the file and applies an optional mapping of overrides (Hydra-style nested
 keys).
 """
@@ -18,7 +18,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
-from adaspark.schema import MAX_WIDTH, spec
+from adaspark.checks import spec
+from adaspark.decoding.tree import MAX_WIDTH
 
 #: The longest context the n-gram index keys (``ngram.KEY``): ``follower_context`` and
 #: ``copy_min_match`` at most.
@@ -153,7 +154,7 @@ def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
     if missing or unknown:
         raise ValueError(f"scheduler config section {where!r}: missing keys {missing}, "
                          f"unknown keys {unknown}")
-    from adaspark.schema import check_value
+    from adaspark.checks import check_value
 
     hints = typing.get_type_hints(cls)
     out = {}

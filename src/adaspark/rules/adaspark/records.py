@@ -2,7 +2,7 @@
 
 - :class:`RequestSummary`, always (cheap): one per reply. Table 2 and Figure 4 read the log
   losses; §4.6 the cold-start rounds and time. Its rows and accepted rows by source are the
-  loop's one count (:class:`~adaspark.rules.base.RoundCounts`), added by :func:`add_counts`.
+  loop's one count (:class:`~adaspark.decoding.round.RoundCounts`), added by :func:`add_counts`.
 - :class:`RoundRecord`, only with logging on: one per round (Figures 7-10, Table 7, the
   notebook), built by :func:`round_record` from what the round planned and what it did.
   :class:`RoundLogWriter` keeps a request's rows in memory and writes them as one
@@ -15,18 +15,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from adaspark.decoding.candidates import NGRAM
+from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundPlan
 from adaspark.io import arrow_schema, write_parquet
 from adaspark.rules.adaspark.chooser import Gains
-from adaspark.rules.base import RoundCounts, RoundOutcome, RoundPlan
-
-if TYPE_CHECKING:  # the rule module builds records; only its round context's type is read here
-    from adaspark.rules.adaspark.rule import RoundContext
+from adaspark.rules.adaspark.context import RoundContext
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The AdaSpark width rule: Algorithm 1, lines 4-18, over the scheduler's modules.
 
-Per round (``wants_block`` / ``plan`` / ``observe`` of :class:`~adaspark.rules.base.WidthRule`):
+Per round (``wants_block`` / ``plan`` / ``observe`` of :class:`~adaspark.decoding.round.WidthRule`):
 
 4. n-gram chains from the anchor and each pick join the drafter's candidates (``ngram``);
 5. every candidate gets q: Eq. (6) (``acceptance``), or the head-based estimate while the guard
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +37,13 @@ import numpy as np
 
 from adaspark.decoding.candidates import CandidateSet, from_block
 from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.round import RoundOutcome, RoundPlan, RoundState, WidthRule
 from adaspark.decoding.tree import chain_tree, prefix_tree
 from adaspark.jit import kernel
 from adaspark.rules.adaspark import acceptance as acc
 from adaspark.rules.adaspark.chooser import (
     DraftForecast,
     GainLearner,
-    Gains,
     LongRunRate,
     Valuer,
     bounded_measurement,
@@ -56,6 +56,7 @@ from adaspark.rules.adaspark.chooser import (
     width_without_ngram,
 )
 from adaspark.rules.adaspark.config import SchedulerConfig, load_config
+from adaspark.rules.adaspark.context import RoundContext
 from adaspark.rules.adaspark.features import Features, feature_arrays
 from adaspark.rules.adaspark.ngram import NgramIndex, add_chains
 from adaspark.rules.adaspark.records import (
@@ -68,42 +69,6 @@ from adaspark.rules.adaspark.records import (
 from adaspark.rules.adaspark.records import request_id as request_id_of
 from adaspark.rules.adaspark.store import learned_state, load_learned, load_store, save_store
 from adaspark.rules.adaspark.width_table import WidthTable, envelope_mask
-from adaspark.rules.base import RoundOutcome, RoundPlan, RoundState, WidthRule
-
-
-@dataclass
-class RoundContext:
-    """What ``plan`` decided and what ``observe`` needs to learn from the outcome."""
-
-    context: int
-    drafted: bool
-    why: str
-    width: int
-    explored: bool = False
-    cands: CandidateSet | None = None
-    features: Features | None = None
-    order: list[int] = field(default_factory=list)
-    parent: np.ndarray | None = None     # the candidates' parents, as an array
-    rank: np.ndarray | None = None
-    is_ng: np.ndarray | None = None      # the candidates Eq. (7) prices with the n-gram gain
-    s: np.ndarray | None = None
-    s_ng: np.ndarray | None = None
-    head_raw: np.ndarray | None = None
-    q_head: np.ndarray | None = None
-    q_model: np.ndarray | None = None
-    terms: acc.RoundTerms | None = None
-    priced_fitted: bool = False
-    offered: list[tuple[int, float]] = field(default_factory=list)
-    n0: int = 0
-    first: int = 0
-    gains: Gains | None = None
-    rho: float | None = None
-    predicted_verify: float | None = None
-    predicted_fixed: float | None = None
-    s_chosen: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    q: np.ndarray | None = None          # the q that priced the tree (head or fitted)
-    width_chosen: int = 0                # Eq. (7)'s pick (the tree may hold fewer rows)
-    incumbent_before: int = 0            # the incumbent Eq. (7) compared against
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 It produces the drafter's blocks, verifies trees greedily against a known text, and reports a
 verify time and a fixed cost D, so the real scheduler modules run through the real
-:class:`~adaspark.rules.base.WidthRule` interface thousands of rounds per second.
+:class:`~adaspark.decoding.round.WidthRule` interface thousands of rounds per second.
 
 - **Text.** Each request's text (prompt and reply) is drawn once: random tokens, with copies of
   earlier passages (start probability, continuation probability), so the n-gram source has
@@ -32,10 +32,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.round import RoundOutcome, RoundState, WidthRule
 from adaspark.decoding.tree import Tree, accepted_path
 from adaspark.rules.adaspark.cost_law import CostClass
 from adaspark.rules.adaspark.width_table import WidthTable
-from adaspark.rules.base import RoundOutcome, RoundState, WidthRule
 
 
 class CostShape(Protocol):

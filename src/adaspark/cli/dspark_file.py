@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,8 @@ def _int_list(key: str, v: str) -> tuple[int, ...]:
 
 
 def _int(key: str, v: str, *, min: int | None = None, max: int | None = None) -> int:
-    """``v`` as an integer within ``min``..``max`` (:func:`adaspark.schema.check_value`)."""
-    from adaspark.schema import check_value
+    """``v`` as an integer within ``min``..``max`` (:func:`adaspark.checks.check_value`)."""
+    from adaspark.checks import check_value
 
     try:
         n = int(v)
@@ -58,11 +59,10 @@ def cli_main(args: list[str]) -> int:
     decodes ``n_text`` tokens (default ``max_tokens`` + block) greedily with our engine and
     takes their successors; ``corrupt_at=i`` corrupts transition ``i``. Prints one JSON line."""
     from adaspark import model_files
+    from adaspark.cli.generate import prompt_tokens
     from adaspark.config import compose, split_words
-    from adaspark.decoding.drafter.dspark_predict import greedy_continuation
-    from adaspark.decoding.generate import prompt_tokens
+    from adaspark.config_check import validate
     from adaspark.overrides import check_overrides
-    from adaspark.schema import validate
 
     rest, own = split_words(args, OWN_KEYS)
     kind = own.get("kind", "")
@@ -113,3 +113,25 @@ def cli_main(args: list[str]) -> int:
                 "markov_rank": info.markov_rank, "bytes": os.path.getsize(out)}
     print(json.dumps(summary), file=sys.stdout)
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The greedy text an oracle is built from
+
+
+def greedy_continuation(target: Any, prompt: Sequence[int], n_tokens: int, *,
+                        n_ctx: int = 2048) -> list[int]:
+    """The target's greedy continuation of ``prompt`` by our engine (the ``ar`` rule):
+    ``target`` is a loaded :class:`~adaspark.decoding.engine.Target` (used as it is) or a GGUF
+    path (loaded in exact mode and closed again)."""
+    from adaspark.decoding.engine import Target
+    from adaspark.decoding.loop import generate
+    from adaspark.rules.base import make_rule
+
+    own = not isinstance(target, Target)
+    t = Target(target, n_ctx, exact=True) if own else target
+    try:
+        return list(generate(t, list(prompt), n_tokens, make_rule("ar")).tokens)
+    finally:
+        if own:
+            t.close()

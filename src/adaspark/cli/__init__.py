@@ -54,9 +54,9 @@ def cmd_models(args: list[str]) -> int:
 @command("generate")
 def cmd_generate(args: list[str]) -> int:
     """Decode one prompt with ``arm=``; ``json=true`` prints a JSON object last."""
-    from adaspark.decoding.generate import run_generate
+    from adaspark.cli.generate import run_generate
+    from adaspark.config_check import validate
     from adaspark.overrides import check_overrides
-    from adaspark.schema import validate
 
     check_overrides(args, "generate")
     cfg = compose(args)
@@ -73,7 +73,7 @@ def cmd_generate(args: list[str]) -> int:
 @command("dspark-file")
 def cmd_dspark_file(args: list[str]) -> int:
     """Write a DSpark drafter GGUF for the target (kind=random|oracle out=FILE ...)."""
-    from adaspark.decoding.drafter.dspark_file_cli import cli_main
+    from adaspark.cli.dspark_file import cli_main
 
     return cli_main(args)
 
@@ -97,8 +97,8 @@ def cmd_device_source(args: list[str]) -> int:
 @command("config")
 def cmd_config(args: list[str]) -> int:
     """Print the composed config (``format=yaml``: as params.yaml), after checking it."""
+    from adaspark.config_check import validate
     from adaspark.overrides import check_overrides
-    from adaspark.schema import validate
 
     fmt = [a for a in args if a.startswith("format=")]
     if fmt and fmt[-1] not in ("format=yaml", "format=json"):
@@ -134,10 +134,24 @@ def main(argv: list[str] | None = None) -> int:
 
 @command("serve")
 def cmd_serve(args: list[str]) -> int:
-    """Serve ``arm=`` over an OpenAI-compatible HTTP API (port=, host=, store=, exact=)."""
-    from adaspark.serving.main import serve_command
+    """Serve ``arm=`` over an OpenAI-compatible HTTP API (port=, host=, store=, exact=): the
+    words whose key is a field of :class:`~adaspark.serving.main.ServeOptions` are the server's
+    options; the rest compose ``conf/`` (``arm=NAME`` picks the arm, ``exact=true|false`` the
+    kernels)."""
+    from dataclasses import fields
 
-    return serve_command(args)
+    from adaspark.config import split_words
+    from adaspark.config_check import validate
+    from adaspark.overrides import check_overrides
+    from adaspark.serving.main import ServeOptions, serve
+
+    rest, words = split_words(args, {f.name for f in fields(ServeOptions)})
+    opts = ServeOptions.from_overrides(words)
+    check_overrides(rest, "serve")
+    cfg = compose(rest)
+    validate(cfg, command="serve")
+    exact = False if cfg.get("exact") is None else bool(cfg.exact)
+    return serve(cfg, cfg.arm, opts, exact=exact)
 
 
 @command("run")
@@ -145,10 +159,11 @@ def cmd_run(args: list[str]) -> int:
     """Run ``run_arms=[a,b]`` over ``run.subset`` through their servers (out=DIR)."""
     from pathlib import Path
 
+    from adaspark.config_check import validate
     from adaspark.overrides import check_overrides
-    from adaspark.runs.run import compose_for_run, run_arms
+    from adaspark.runs.launcher import run_arms
+    from adaspark.runs.run import compose_for_run
     from adaspark.runs.settings import RunError, RunSettings
-    from adaspark.schema import validate
 
     out = Path("runs/adhoc")
     rest = []

@@ -1,4 +1,4 @@
-"""Every arm's round trace (issue 14): one Parquet file per request, one row per round.
+"""Every arm's round trace: one Parquet file per request, one row per round.
 
 ``adaspark run ... run.round_log=true`` has our server write, for every arm of our engine (any
 width rule, with or without a log of its own), ``<arm dir>/trace/<seq>.parquet``: each round's

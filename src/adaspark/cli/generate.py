@@ -8,11 +8,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from adaspark import arms
 from adaspark.config import ConfigError, to_dict
 from adaspark.decoding.engine import Model
 from adaspark.decoding.loop import Generation, generate
 from adaspark.provenance import run_metadata
-from adaspark.rules import arms
 from adaspark.rules.base import make_rule
 from adaspark.schema import check_arm
 from adaspark.serving import chat

@@ -16,7 +16,8 @@ from adaspark.config import ConfigError
 from adaspark.decoding.backend import configured_gpu_layers
 from adaspark.decoding.drafter.base import Drafter, make_drafter
 from adaspark.decoding.engine import Target
-from adaspark.rules.base import WidthRule, rule_class
+from adaspark.decoding.round import WidthRule
+from adaspark.rules.base import rule_class
 from adaspark.schema import (
     ArmConfig,
     arm_view,
@@ -45,7 +46,7 @@ def make_arm_rule(arm: ArmConfig, scheduler: Mapping[str, Any] | None = None,
                   **extra: Any) -> WidthRule:
     """The width rule of an arm: ``width_rule`` names it, the arm's rule keywords are its keyword
     arguments (``arms.adaspark.width=8`` pins AdaSpark's width). A rule whose class declares
-    :attr:`~adaspark.rules.base.WidthRule.needs_scheduler` gets the composed ``scheduler``
+    :attr:`~adaspark.decoding.round.WidthRule.needs_scheduler` gets the composed ``scheduler``
     group, so ``-S scheduler.<part>.<key>=...`` reaches it."""
     if arm.engine != "ours":
         raise ValueError(f"arm {arm.name} runs on {arm.engine}, not on our engine")
