@@ -199,7 +199,3 @@ def cmd_replay(args: list[str]) -> int:
     from adaspark.replay.command import replay_main
 
     return replay_main(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
