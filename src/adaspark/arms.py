@@ -44,21 +44,18 @@ class Parts:
 
 def make_arm_rule(arm: ArmConfig, scheduler: Mapping[str, Any] | None = None,
                   **extra: Any) -> WidthRule:
-    """The width rule of an arm: ``width_rule`` names it, the arm's rule keywords are its keyword
-    arguments (``arms.adaspark.width=8`` pins AdaSpark's width). A rule whose class declares
+    """The width rule of an arm, built from its checked options (``width_rule`` names the class,
+    ``arms.adaspark.width=8`` pins AdaSpark's width; ``extra``: keywords the caller adds). A rule
+    whose class declares
     :attr:`~adaspark.decoding.round.WidthRule.needs_scheduler` gets the composed ``scheduler``
     group, so ``-S scheduler.<part>.<key>=...`` reaches it."""
     if arm.engine != "ours":
         raise ValueError(f"arm {arm.name} runs on {arm.engine}, not on our engine")
-    kwargs = dict(arm.rule) | extra
     cls = rule_class(str(arm.width_rule))
-    if scheduler is not None and cls.needs_scheduler and "scheduler" not in kwargs:
-        kwargs["scheduler"] = dict(scheduler)
-    try:
-        return cls(**kwargs)
-    except TypeError as e:
-        raise ValueError(f"arm {arm.name}: the keys of its file do not fit rule "
-                         f"{arm.width_rule!r}: {e}") from None
+    if (scheduler is not None and cls.needs_scheduler and "scheduler" not in extra
+            and getattr(arm.rule, "scheduler", None) is None):
+        extra = extra | {"scheduler": dict(scheduler)}
+    return cls.from_options(arm.rule, **extra)
 
 
 def build_drafter(view: Any, arm: ArmConfig, target: Target, *, exact: bool

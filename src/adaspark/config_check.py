@@ -91,7 +91,7 @@ def validate(cfg: Any, *, command: str) -> None:
     if "scheduler" in raw and raw["scheduler"] is not None:
         check_scheduler(raw["scheduler"])
         for a in checked_arms:  # an arm's own `constants:` override the composed ones
-            constants = a.rule.get("constants") if a.width_rule == "adaspark" else None
+            constants = getattr(a.rule, "constants", None)
             if constants and isinstance(raw["scheduler"], dict):
                 check_scheduler(OmegaConf.merge(raw["scheduler"], constants))
     if "run" in raw and command in ("run", "config", "stage"):

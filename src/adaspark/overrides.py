@@ -10,7 +10,6 @@ from omegaconf import OmegaConf
 
 from adaspark.config import ConfigError
 from adaspark.schema import (
-    RULE_OPTIONS,
     ArmConfig,
     DrafterConfig,
     EngineOptions,
@@ -60,7 +59,9 @@ def _group_fields(group: str) -> set[str]:
     cls = _group_schemas()[group]
     names = {f.name for f in fields(cls)}
     if group == "arm":
-        names |= {f.name for c in RULE_OPTIONS.values() for f in fields(c)}
+        from adaspark.rules.base import WIDTH_RULES, rule_class
+
+        names |= {f.name for r in WIDTH_RULES.names() for f in fields(rule_class(r).Options)}
     return names
 
 

@@ -4,12 +4,17 @@ Every name a config may give (``arm.width_rule``, ``drafter.kind``) is looked up
 :class:`Registry` written out in one place, the module that defines the interface. Nothing is
 registered by importing a module, so what a name means never depends on which modules happen to
 have been imported; a name that is not in the table raises :class:`UnknownNameError`, which lists
-the known ones. A new rule or drafter is one line in its table.
+the known ones. A new rule or drafter is one line in its table, or, without editing the package,
+its own ``"module:Class"`` path given as the name (``width_rule: my_rules:HalfChain``): the module
+is imported from ``PYTHONPATH`` or the working directory. Every object a registry hands out is
+checked against the table's base class.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -36,20 +41,57 @@ class Registry(Generic[T]):
     what: str
     entries: Mapping[str, str]
     where: str
+    #: The class every registered object must be (or subclass); None: any object.
+    base: type | None = None
 
     def names(self) -> list[str]:
         return sorted(self.entries)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.entries
+        return name in self.entries or is_object_path(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def get(self, name: object) -> T:
-        """The object registered as ``name``, imported now."""
-        if not isinstance(name, str) or name not in self.entries:
+        """The object registered as ``name`` (or at the ``"module:Class"`` path ``name``),
+        imported now and checked against :attr:`base`."""
+        if isinstance(name, str) and name in self.entries:
+            path = self.entries[name]
+        elif is_object_path(name):
+            path = str(name)
+        else:
             raise UnknownNameError(self.what, name, self.names(), self.where)
-        module, _, attr = self.entries[name].partition(":")
-        obj: Any = getattr(importlib.import_module(module), attr)
+        obj = load_object(path, self.what)
+        if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):
+            raise ConfigError(f"{self.what} {name!r} is {obj!r}, not a subclass of "
+                              f"{self.base.__module__}.{self.base.__qualname__}")
         return obj  # type: ignore[no-any-return]
+
+
+def is_object_path(name: object) -> bool:
+    """Whether ``name`` is a ``"module:Object"`` path rather than a table's name."""
+    if not isinstance(name, str):
+        return False
+    module, colon, attr = name.partition(":")
+    return bool(colon) and all(p.isidentifier() for p in module.split(".")) and attr.isidentifier()
+
+
+def load_object(path: str, what: str) -> Any:
+    """The object at ``"module:Object"``; the module is looked for on ``sys.path`` and then in
+    the working directory. A path that names nothing is a :class:`ConfigError` that says so."""
+    module, _, attr = path.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or not module.startswith(e.name):
+            raise  # the module exists; something it imports does not
+        if os.getcwd() in sys.path:
+            raise ConfigError(f"{what} {path!r}: no module {module!r} on PYTHONPATH or in the "
+                              f"working directory {os.getcwd()}") from None
+        sys.path.append(os.getcwd())  # an arm file's own module, beside the config
+        return load_object(path, what)
+    obj = getattr(mod, attr, None)
+    if obj is None:
+        raise ConfigError(f"{what} {path!r}: module {module!r} has no {attr!r}")
+    return obj

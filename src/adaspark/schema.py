@@ -2,15 +2,14 @@
 config (HARNESS "One config truth": the same schema standalone and in the pipeline).
 
 Each group is a plain frozen dataclass whose fields are the keys the code reads; a field's
-metadata (:func:`spec`) gives its range or its choices. :func:`check_group` checks a composed
-mapping against a group and returns the dataclass; any value of the wrong type or out of range is
-a :class:`~adaspark.config.ConfigError` that names the key, the value and what is allowed. Bools
-must be YAML booleans (``exact=maybe`` is refused), integers real integers (``max_tokens=1.5``
-and ``max_tokens=true`` are refused).
+metadata (:func:`~adaspark.checks.spec`) gives its range or its choices, and
+:func:`~adaspark.checks.check_group` checks a composed mapping against a group and returns the
+dataclass; any value of the wrong type or out of range is a :class:`~adaspark.config.ConfigError`
+that names the key, the value and what is allowed.
 
 Groups: the top-level keys of ``adaspark generate`` (:class:`GenerateOptions`), ``target``
 (:class:`TargetConfig`), ``drafter`` (:class:`DrafterConfig`), an arm (:class:`ArmConfig`, with the
-keys of its width rule in :data:`RULE_OPTIONS` and a llama-server arm's ``server:`` in
+keys of its width rule in the rule class's ``Options`` and a llama-server arm's ``server:`` in
 :class:`LlamaServerOptions`), the ``run`` group (``adaspark.runs.settings.RunSettings``, whose
 fields carry the same metadata), the scheduler's constants (``adaspark.rules.adaspark.config``,
 Appendix B) and the statistics of the tables and figures (:class:`TablesOptions`).
@@ -18,14 +17,13 @@ Appendix B) and the statistics of the tables and figures (:class:`TablesOptions`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from omegaconf import OmegaConf
 
 from adaspark.checks import check_group, plain, spec
 from adaspark.config import ConfigError
-from adaspark.decoding.tree import MAX_WIDTH
 
 #: The smallest context a model may be given: llama.cpp caps its batch (and the rows that may
 #: carry logits) at the context asked for, and the widest verify is 64 rows plus the prompt.
@@ -89,8 +87,9 @@ class DrafterConfig:
 @dataclass(frozen=True)
 class ArmConfig:
     """An arm, ``conf/arm/<name>.yaml``, as the code reads it (:func:`check_arm` makes one):
-    the keys every arm has, its width rule's keywords (``rule``: the file's other keys, or the
-    ones nested under ``rule:``) and a llama-server arm's ``server:`` options."""
+    the keys every arm has, its width rule's keywords (``rule``: the rule class's checked
+    ``Options``, from the file's other keys or the ones nested under ``rule:``) and a
+    llama-server arm's ``server:`` options (:class:`LlamaServerOptions`)."""
 
     name: str
     engine: Literal["ours", "llama-server"] = "ours"
@@ -99,14 +98,14 @@ class ArmConfig:
     # the arm's own drafter, a file of conf/drafter/ composed under `drafters.<name>`
     # (null: the composed `drafter` group): :func:`arm_view`
     drafter: str | None = None
-    rule: dict[str, Any] = field(default_factory=dict)
-    server: dict[str, Any] = field(default_factory=dict)
+    rule: Any = None
+    server: LlamaServerOptions | None = None
 
     @property
     def speculative(self) -> bool:
         """Whether the arm drafts (llama-server: a ``spec_type``; ours: its rule's class says)."""
         if self.engine == "llama-server":
-            return self.server.get("spec_type") not in (None, "none")
+            return self.server is not None and self.server.spec_type not in (None, "none")
         from adaspark.rules.base import rule_class
 
         return rule_class(str(self.width_rule)).uses_drafter
@@ -127,40 +126,9 @@ class ArmConfig:
         if self.drafter is not None:
             out["drafter"] = self.drafter
         if self.engine == "llama-server":
-            return out | {"server": dict(self.server)}
-        return out | dict(self.rule)
-
-
-@dataclass(frozen=True)
-class ChainOptions:
-    """``width_rule: chain``: the first ``positions`` picks as a chain (null = all B)."""
-
-    positions: int | None = spec(min=1, default=None)
-
-
-@dataclass(frozen=True)
-class PinnedOptions:
-    """``width_rule: pinned``: a fixed row count."""
-
-    width: int = spec(min=1, max=MAX_WIDTH)
-
-
-@dataclass(frozen=True)
-class AdaSparkOptions:
-    """``width_rule: adaspark`` (§3): learned, kernel-class or pinned widths (a pinned width needs
-    the anchor and at least one candidate)."""
-
-    width: int | str = spec(min=2, max=MAX_WIDTH, choices=("learned", "classes"),
-                            default="learned")
-    acceptance: Literal["fitted", "head"] = "fitted"
-    ngram: bool = True
-    offer_width1: bool = False
-    rate_rule: Literal["long_run", "ratio"] = "long_run"
-    head_offset: bool = True
-    scheduler: str | dict[str, Any] = "adaspark"
-    constants: dict[str, Any] | None = None
-    store: str | None = None
-    log_dir: str | None = None
+            return out | {"server": asdict(self.server or LlamaServerOptions())}
+        return out | ({f.name: getattr(self.rule, f.name) for f in fields(self.rule)}
+                      if self.rule is not None else {})
 
 
 @dataclass(frozen=True)
@@ -188,21 +156,6 @@ class TablesOptions:
     n_resamples: int = spec(min=1)
     bootstrap_method: str = spec(choices=BOOTSTRAP_METHODS)
     context_split_tokens: int = spec(min=1)
-
-
-@dataclass(frozen=True)
-class NoOptions:
-    """``width_rule: ar``: plain decode takes no keywords."""
-
-
-#: The keywords of each width rule of :data:`adaspark.rules.base.WIDTH_RULES` (a test checks that
-#: the two tables name the same rules).
-RULE_OPTIONS: dict[str, type] = {
-    "ar": NoOptions,
-    "chain": ChainOptions,
-    "pinned": PinnedOptions,
-    "adaspark": AdaSparkOptions,
-}
 
 
 def target_config(cfg: Any) -> TargetConfig:
@@ -261,24 +214,27 @@ def check_drafter_kind(kind: str) -> None:
 
 
 def check_arm(raw: Any, where: str) -> ArmConfig:
-    """An arm's common keys, its width rule's keywords and a llama-server arm's ``server:``."""
+    """An arm's common keys, its width rule's keywords (checked against the rule class's
+    ``Options``; the class from :data:`adaspark.rules.base.WIDTH_RULES` or a ``module:Class``
+    path) and a llama-server arm's ``server:``."""
     raw = plain(raw)
     common_keys = ("name", "engine", "width_rule", "description", "drafter")
     arm = check_group(ArmConfig, {k: v for k, v in raw.items() if k in common_keys}, where)
     if arm.engine == "llama-server":
-        server = raw.get("server") or {}
-        check_group(LlamaServerOptions, server, f"{where}.server", extra="refuse")
-        return replace(arm, server=dict(server))
+        server = check_group(LlamaServerOptions, raw.get("server") or {}, f"{where}.server",
+                             extra="refuse")
+        return replace(arm, server=server)
     from adaspark.registry import UnknownNameError
-    from adaspark.rules.base import WIDTH_RULES
+    from adaspark.rules.base import WIDTH_RULES, rule_class
 
     if arm.width_rule is None:
         raise ConfigError(f"{where}.width_rule is null: an arm on our engine names a width rule "
-                          f"(one of {', '.join(WIDTH_RULES.names())})")
+                          f"(one of {', '.join(WIDTH_RULES.names())}, or a module:Class path)")
     if arm.width_rule not in WIDTH_RULES:
         raise UnknownNameError("width rule", arm.width_rule, WIDTH_RULES.names(),
-                               f"{where}.width_rule; adaspark.rules.base.WIDTH_RULES")
-    cls = RULE_OPTIONS[arm.width_rule]
+                               f"{where}.width_rule; adaspark.rules.base.WIDTH_RULES, or a "
+                               "module:Class path")
+    cls = rule_class(arm.width_rule).Options
     keys = {str(k): v for k, v in raw.items() if k not in (*common_keys, "rule", "server")}
     if isinstance(raw.get("rule"), dict):
         keys |= {str(k): v for k, v in raw["rule"].items()}
@@ -286,10 +242,10 @@ def check_arm(raw: Any, where: str) -> ArmConfig:
     rule_keys = ", ".join(f.name for f in fields(cls)) or "no other key"
     opts = check_group(cls, keys, where, extra="refuse",
                        takes=f"{common} and, for width rule {arm.width_rule!r}, {rule_keys}")
-    if arm.width_rule == "adaspark" and isinstance(opts.width, int) and opts.offer_width1:
-        raise ConfigError(f"{where}.offer_width1=true needs learned or class widths, not the "
-                          f"pinned {where}.width={opts.width}")
-    return replace(arm, rule=keys)
+    check = getattr(opts, "check", None)
+    if check is not None:
+        check(where)
+    return replace(arm, rule=opts)
 
 
 def check_scheduler(raw: Any) -> None:
@@ -297,9 +253,4 @@ def check_scheduler(raw: Any) -> None:
     ``adaspark.rules.adaspark.config``."""
     from adaspark.rules.adaspark.config import from_mapping
 
-    try:
-        from_mapping(plain(raw))
-    except ValueError as e:
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError(str(e)) from None
+    from_mapping(plain(raw))

@@ -151,8 +151,10 @@ def test_an_offload_setting_on_a_cpu_build_is_a_clear_error(tmp_path):
 
 def test_llama_server_argv_has_no_offload_flags_on_this_build():
     from adaspark.config import compose
+    from adaspark.schema import check_arm
     from adaspark.serving.llama_server import spec_from_config
 
     cfg = compose(["target=tiny", "drafter=tiny-truncated"])
-    spec = spec_from_config(cfg, cfg.arms["llamacpp-chain"], port=1)
+    spec = spec_from_config(cfg, check_arm(cfg.arms["llamacpp-chain"], "arms.llamacpp-chain"),
+                            port=1)
     assert spec.gpu_args == [] and "--n-gpu-layers" not in spec.args()

@@ -26,6 +26,7 @@ from adaspark.decoding.drafter.dspark_predict import (
     predict_server_rounds,
 )
 from adaspark.decoding.drafter.gguf_meta import read_meta
+from adaspark.schema import LlamaServerOptions
 
 PROMPT = "The history of the Roman Empire began"
 N_REPLY = 32  # tokens asked from llama-server
@@ -286,7 +287,8 @@ def complete(target: Path, tmp: Path, prompt: list[int], *, spec_type: str = "no
     from adaspark.serving.main import free_port
 
     spec = LlamaServerSpec(model=target, n_ctx=1024, threads=os.cpu_count() or 1,
-                           port=free_port(), drafter=drafter, spec_type=spec_type)
+                           port=free_port(), drafter=drafter,
+                           server=LlamaServerOptions(spec_type=spec_type))
     log = tmp / f"{spec_type}-{drafter.stem if drafter else 'ar'}.log"
     with llama_server_process(spec, log, startup_timeout_s=120) as proc:
         r = httpx.post(f"{proc.url}/completion", timeout=120, json={

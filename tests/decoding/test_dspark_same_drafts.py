@@ -46,6 +46,7 @@ import pytest
 from helpers import run_cli
 
 from adaspark.decoding.drafter import dspark_file as dsf
+from adaspark.schema import LlamaServerOptions
 from adaspark.serving.llama_log import Candidate, DraftRound, read_draft_rounds
 
 PROMPTS = ("The history of the Roman Empire began", "Write a haiku about the sea")
@@ -103,9 +104,10 @@ def serve(target: Path, drafter: Path, prompts: list[list[int]], log: Path) -> l
     from adaspark.serving.main import free_port
 
     spec = LlamaServerSpec(model=target, n_ctx=1024, threads=os.cpu_count() or 1,
-                           port=free_port(), drafter=drafter, spec_type="draft-dspark",
-                           spec_draft_n_max=N_MAX, spec_draft_p_min=0.0,
-                           extra_args=["--log-verbosity", "5"])
+                           port=free_port(), drafter=drafter,
+                           server=LlamaServerOptions(spec_type="draft-dspark",
+                                                     spec_draft_n_max=N_MAX, spec_draft_p_min=0.0,
+                                                     extra_args=["--log-verbosity", "5"]))
     replies = []
     with llama_server_process(spec, log, startup_timeout_s=120) as proc:
         for p in prompts:

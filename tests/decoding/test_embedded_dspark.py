@@ -11,6 +11,7 @@ import pytest
 from helpers import TARGET, model, run_cli
 
 from adaspark.decoding.drafter import dspark_file as dsf
+from adaspark.schema import LlamaServerOptions
 
 
 @pytest.mark.embedded
@@ -56,7 +57,8 @@ def test_llama_server_runs_the_committed_drafter_with_draft_dspark(tmp_path):
 
     spec = LlamaServerSpec(model=model(TARGET), n_ctx=2048, threads=os.cpu_count() or 1,
                            port=free_port(), drafter=model("dspark-embedded"),
-                           spec_type="draft-dspark", spec_draft_n_max=3, spec_draft_p_min=0.0)
+                           server=LlamaServerOptions(spec_type="draft-dspark", spec_draft_n_max=3,
+                                                     spec_draft_p_min=0.0))
     with llama_server_process(spec, tmp_path / "server.log", startup_timeout_s=180) as proc:
         r = httpx.post(f"{proc.url}/v1/chat/completions", timeout=600, json={
             "messages": [{"role": "user", "content": OWN_PROMPT}], "max_tokens": 48,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ from adaspark.decoding.drafter.base import DRAFTERS, Drafter
 from adaspark.decoding.round import WidthRule
 from adaspark.registry import Registry, UnknownNameError
 from adaspark.rules.base import WIDTH_RULES, make_rule, rule_class
-from adaspark.schema import RULE_OPTIONS, check_arm
+from adaspark.schema import check_arm
 
 
 @pytest.mark.parametrize("name", WIDTH_RULES.names())
@@ -34,8 +35,28 @@ def test_every_drafter_kind_resolves() -> None:
         assert issubclass(DRAFTERS.get(name), Drafter)
 
 
-def test_the_schema_knows_the_options_of_every_rule() -> None:
-    assert sorted(RULE_OPTIONS) == WIDTH_RULES.names()
+@pytest.mark.parametrize("name", WIDTH_RULES.names())
+def test_every_rule_declares_its_options_and_is_built_from_them(name: str) -> None:
+    cls = rule_class(name)
+    assert dataclasses.is_dataclass(cls.Options)
+    raw = {"name": "x", "width_rule": name} | ({"width": 8} if name == "pinned" else {})
+    arm = check_arm(raw, "arms.x")
+    assert isinstance(arm.rule, cls.Options)
+    assert isinstance(cls.from_options(arm.rule), cls)
+
+
+def test_a_registry_checks_what_it_hands_out_against_its_base() -> None:
+    reg: Registry[type] = Registry("thing", {"pi": "math:pi", "path": "pathlib:Path"}, "a table",
+                                   base=object)
+    assert reg.get("path").__name__ == "Path"
+    with pytest.raises(ConfigError, match=r"not a subclass of builtins\.object"):
+        reg.get("pi")
+    with pytest.raises(ConfigError, match=r"subclass of adaspark\.decoding\.round\.WidthRule"):
+        rule_class("pathlib:Path")
+    with pytest.raises(ConfigError, match="no module 'no_such_module'"):
+        rule_class("no_such_module:Rule")
+    with pytest.raises(ConfigError, match="has no 'Nope'"):
+        rule_class("adaspark.rules.fixed:Nope")
 
 
 def test_a_name_means_the_same_whatever_was_imported_before() -> None:

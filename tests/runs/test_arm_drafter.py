@@ -31,7 +31,7 @@ def test_an_arm_naming_its_drafter_sees_that_drafter_and_the_others_the_composed
     assert plain is cfg and plain.drafter.kind == "draft-model"
     # the llama.cpp baseline of the DSpark block names it too, and runs draft-dspark on it
     base = arm_of(cfg, "llamacpp-dspark")
-    assert base.drafter == "dspark" and base.server["spec_type"] == "draft-dspark"
+    assert base.drafter == "dspark" and base.server.spec_type == "draft-dspark"
     assert arm_of(cfg, "llamacpp-chain").drafter is None
 
 

@@ -17,6 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from adaspark.config import compose, to_dict
+from adaspark.schema import check_arm
 from adaspark.serving.llama_server import (
     ServerProcess,
     clean_env,
@@ -61,7 +62,8 @@ def llama(tmp_path_factory) -> Iterator[ServerProcess]:
     d = tmp_path_factory.mktemp("llama")
     args = ["drafter=tiny-self" if a.startswith("drafter=") else a for a in TINY_ARGS]
     cfg = compose(args)
-    spec = spec_from_config(cfg, cfg.arms["llamacpp-chain"], port=free_port(),
+    spec = spec_from_config(cfg, check_arm(cfg.arms["llamacpp-chain"], "arms.llamacpp-chain"),
+                            port=free_port(),
                             chat_template_file=TEMPLATE)
     with llama_server_process(spec, d / "server.log", startup_timeout_s=120) as proc:
         yield proc

@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from adaspark.schema import LlamaServerOptions, check_arm
 from adaspark.serving.client import ChatClient
 from adaspark.serving.llama_server import LlamaServerSpec, binary_info
 
@@ -18,19 +19,23 @@ MESSAGES = [{"role": "user", "content": "Write three short sentences about the m
 def test_flags_name_the_speculative_defaults(tiny_cfg):
     from adaspark.serving.llama_server import spec_from_config
 
-    chain = spec_from_config(tiny_cfg, tiny_cfg.arms["llamacpp-chain"], port=1).args()
+    def args_of(name: str) -> list[str]:
+        return spec_from_config(tiny_cfg, check_arm(tiny_cfg.arms[name], f"arms.{name}"),
+                                port=1).args()
+
+    chain = args_of("llamacpp-chain")
     joined = " ".join(chain)
     for flag in ("--spec-type draft-simple", "--spec-draft-n-max 3", "--spec-draft-p-min 0",
                  "--parallel 1", "--jinja", "--temp 0", "--host 127.0.0.1",
                  f"--ctx-size {tiny_cfg.target.n_ctx}"):
         assert flag in joined
-    ar = spec_from_config(tiny_cfg, tiny_cfg.arms["llamacpp-ar"], port=1).args()
+    ar = args_of("llamacpp-ar")
     assert "--spec-type" not in ar and "--spec-draft-model" not in ar
     info = binary_info()
     assert info["version"].startswith("version:") and len(info["sha256"]) == 64
     with pytest.raises(ValueError, match="needs a drafter"):
-        LlamaServerSpec(model=chain[2], n_ctx=8, threads=1, port=1, spec_type="draft-simple")\
-            .args()
+        LlamaServerSpec(model=chain[2], n_ctx=8, threads=1, port=1,
+                        server=LlamaServerOptions(spec_type="draft-simple")).args()
 
 
 def test_stream_is_read_the_same_way(llama, ours):

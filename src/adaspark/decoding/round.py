@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from adaspark.decoding.candidates import CandidateSet
 from adaspark.decoding.drafter.base import Block
@@ -145,9 +145,24 @@ class RoundOutcome:
                    draft_s, commit_s, whole, build_s, decode_s, backlog_rows)
 
 
+@dataclass(frozen=True)
+class NoOptions:
+    """The keywords of a rule that takes none (plain decode)."""
+
+
 class WidthRule(ABC):
     """Contract: ``begin_request`` once per reply, then per round ``wants_block`` (may this
-    round call the drafter?), ``plan`` and ``observe``; ``end_request`` after the reply."""
+    round call the drafter?), ``plan`` and ``observe``; ``end_request`` after the reply.
+
+    A rule's keywords in an arm file are its :attr:`Options`, a frozen dataclass whose fields'
+    metadata (:func:`adaspark.checks.spec`) gives their ranges and choices and whose defaults are
+    the rule's; an arm's keywords are checked once, against it, where the arm is read
+    (:func:`adaspark.schema.check_arm`), and the rule is built from the checked object
+    (:meth:`from_options`), checking nothing again. A cross-field condition is the options'
+    ``check(where)`` method, called there too."""
+
+    #: The rule's keywords (:class:`NoOptions`: none).
+    Options: ClassVar[type] = NoOptions
 
     #: The rule's config name, as in :data:`WIDTH_RULES`.
     name: str = "rule"
@@ -175,3 +190,9 @@ class WidthRule(ABC):
 
     def end_request(self) -> dict[str, Any]:
         return {}
+
+    @classmethod
+    def from_options(cls, options: Any, **extra: Any) -> WidthRule:
+        """The rule built from its checked :attr:`Options` (``extra``: keywords the caller adds,
+        such as a store path or the composed scheduler constants)."""
+        return cls(**{f.name: getattr(options, f.name) for f in fields(options)} | extra)

@@ -225,11 +225,11 @@ def replay_all(arm: Any, scheduler: dict[str, Any] | None, traces: list[RequestT
     from adaspark.arms import make_arm_rule
 
     extra: dict[str, Any] = {}
-    if "store" in arm.rule:
+    if hasattr(arm.rule, "store"):  # a rule that keeps a store keeps it beside the replay
         store = out_dir / "store.json"
         store.unlink(missing_ok=True)
         extra["store"] = str(store)
-    if "log_dir" in arm.rule:
+    if hasattr(arm.rule, "log_dir"):
         log = out_dir / "rounds"
         shutil.rmtree(log, ignore_errors=True)
         extra["log_dir"] = str(log)

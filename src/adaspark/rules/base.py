@@ -15,7 +15,8 @@ WIDTH_RULES: Registry[type[WidthRule]] = Registry("width rule", {
     "chain": "adaspark.rules.fixed:Chain",
     "pinned": "adaspark.rules.fixed:Pinned",
     "adaspark": "adaspark.rules.adaspark.rule:AdaSparkRule",
-}, "adaspark.rules.base.WIDTH_RULES; an arm's width_rule")
+}, "adaspark.rules.base.WIDTH_RULES; an arm's width_rule, or a module:Class path",
+    base=WidthRule)
 
 
 def rule_class(name: str) -> type[WidthRule]:

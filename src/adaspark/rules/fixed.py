@@ -4,10 +4,28 @@ width filled best first by the head-based estimate (the baselines of §4 and Tab
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from adaspark.checks import spec
 from adaspark.decoding.candidates import from_block
 from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.round import RoundPlan, RoundState, WidthRule
-from adaspark.decoding.tree import best_first_order, chain_tree, prefix_tree
+from adaspark.decoding.tree import MAX_WIDTH, best_first_order, chain_tree, prefix_tree
+
+
+@dataclass(frozen=True)
+class ChainOptions:
+    """``width_rule: chain``: the first ``positions`` picks as a chain (null = all B)."""
+
+    positions: int | None = spec(min=1, default=None)
+
+
+@dataclass(frozen=True)
+class PinnedOptions:
+    """``width_rule: pinned``: a fixed row count."""
+
+    width: int = spec(min=1, max=MAX_WIDTH)
+
 
 # -- rules without learned models -------------------------------------------------------------
 
@@ -28,10 +46,9 @@ class Chain(WidthRule):
     (``chain3``: llama.cpp's default of at most three draft tokens; ``fullchain``: all B)."""
 
     name = "chain"
+    Options = ChainOptions
 
     def __init__(self, positions: int | None = None) -> None:
-        if positions is not None and (isinstance(positions, bool) or positions < 1):
-            raise ValueError(f"a chain verifies at least 1 position, got positions={positions}")
         self.positions = positions
 
     def block_positions(self, default: int) -> int:
@@ -51,10 +68,9 @@ class Pinned(WidthRule):
     head-based estimate), laid out depth-first."""
 
     name = "pinned"
+    Options = PinnedOptions
 
     def __init__(self, width: int) -> None:
-        if width < 1:
-            raise ValueError(f"a pinned width must be at least 1 row, got {width}")
         self.width = width
 
     def plan(self, state: RoundState, block: Block | None) -> RoundPlan:

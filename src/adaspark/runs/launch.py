@@ -42,8 +42,8 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
     out_dir = out_dir.resolve()
     template = Path(settings.chat_template).resolve() if settings.chat_template else None
     if arm.engine == "llama-server":
-        spec = llama_server.spec_from_config(cfg, OmegaConf.create(arm.as_mapping()), port=port,
-                                             host=settings.host, chat_template_file=template)
+        spec = llama_server.spec_from_config(cfg, arm, port=port, host=settings.host,
+                                             chat_template_file=template)
         proc = llama_server.llama_server_process(
             spec, out_dir / "server.log", startup_timeout_s=settings.startup_timeout_s,
             preexec=_die_with_parent)

@@ -39,6 +39,7 @@ import httpx
 from adaspark import paths
 from adaspark.io import open_append
 from adaspark.model_files import recorded_sha256
+from adaspark.schema import ArmConfig, LlamaServerOptions
 
 LOOPBACK = "127.0.0.1"
 
@@ -95,11 +96,9 @@ class LlamaServerSpec:
     port: int
     host: str = LOOPBACK
     drafter: Path | None = None
-    spec_type: str | None = None
-    spec_draft_n_max: int = 3
-    spec_draft_p_min: float = 0.0
+    #: the arm's ``server:`` options (speculative flags and extra arguments)
+    server: LlamaServerOptions = field(default_factory=LlamaServerOptions)
     chat_template_file: Path | None = None
-    extra_args: list[str] = field(default_factory=list)
     binary: Path | None = None
     #: offload flags (``--n-gpu-layers``, ``--n-gpu-layers-draft``; none on a CPU build):
     #: :func:`adaspark.decoding.backend.server_gpu_flags`
@@ -116,32 +115,31 @@ class LlamaServerSpec:
         ]
         if self.chat_template_file is not None:
             argv += ["--chat-template-file", str(self.chat_template_file)]
-        if self.spec_type not in (None, "none"):
+        s = self.server
+        if s.spec_type not in (None, "none"):
             if self.drafter is None:
-                raise ValueError(f"--spec-type {self.spec_type} needs a drafter file")
-            argv += ["--spec-type", str(self.spec_type), "--spec-draft-model", str(self.drafter),
-                     "--spec-draft-n-max", str(self.spec_draft_n_max),
-                     "--spec-draft-p-min", f"{self.spec_draft_p_min:g}"]
-        return argv + list(self.gpu_args) + list(self.extra_args)
+                raise ValueError(f"--spec-type {s.spec_type} needs a drafter file")
+            argv += ["--spec-type", str(s.spec_type), "--spec-draft-model", str(self.drafter),
+                     "--spec-draft-n-max", str(s.spec_draft_n_max),
+                     "--spec-draft-p-min", f"{s.spec_draft_p_min:g}"]
+        return argv + list(self.gpu_args) + [str(x) for x in s.extra_args]
 
 
-def spec_from_config(cfg: Any, arm: Any, *, port: int, host: str = LOOPBACK,
+def spec_from_config(cfg: Any, arm: ArmConfig, *, port: int, host: str = LOOPBACK,
                      chat_template_file: Path | None = None) -> LlamaServerSpec:
     """A :class:`LlamaServerSpec` from a composed config (``target``, ``drafter``, ``threads``)
-    and a llama-server arm (``engine: llama-server``; ``server:`` holds the speculative flags)."""
+    and a checked llama-server arm (``engine: llama-server``; ``server:`` holds its flags)."""
     from adaspark import model_files
 
-    if arm.get("engine") != "llama-server":
-        raise ValueError(f"arm {arm.get('name')} is not a llama-server arm (engine: "
-                         f"{arm.get('engine')})")
-    from adaspark.schema import arm_view, check_arm
+    if arm.engine != "llama-server":
+        raise ValueError(f"arm {arm.name} is not a llama-server arm (engine: {arm.engine})")
+    from adaspark.schema import arm_view
 
-    cfg = arm_view(cfg, check_arm(arm, f"arms.{arm.get('name')}"))  # the arm's own drafter
-    server = arm.get("server") or {}
+    cfg = arm_view(cfg, arm)  # the arm's own drafter
+    server = arm.server or LlamaServerOptions()
     tpath, _ = model_files.resolve(cfg.target)
-    spec_type = server.get("spec_type")
     drafter = None
-    if spec_type not in (None, "none"):
+    if server.spec_type not in (None, "none"):
         drafter, _ = model_files.resolve(cfg.drafter)
     threads = int(cfg.get("threads") or os.cpu_count() or 1)
     from adaspark.decoding.backend import build_backend, configured_gpu_layers, server_gpu_flags
@@ -153,11 +151,8 @@ def spec_from_config(cfg: Any, arm: Any, *, port: int, host: str = LOOPBACK,
         backend)
     return LlamaServerSpec(
         model=tpath, n_ctx=int(cfg.target.n_ctx), threads=threads, port=port, host=host,
-        drafter=drafter, spec_type=spec_type,
-        spec_draft_n_max=int(server.get("spec_draft_n_max", 3)),
-        spec_draft_p_min=float(server.get("spec_draft_p_min", 0.0)),
-        chat_template_file=chat_template_file,
-        extra_args=[str(x) for x in (server.get("extra_args") or [])], gpu_args=gpu_args,
+        drafter=drafter, server=server, chat_template_file=chat_template_file,
+        gpu_args=gpu_args,
     )
 
 

@@ -104,12 +104,11 @@ class ArmService:
         if arm.engine != "ours":
             raise ValueError(f"arm {arm.name} runs on {arm.engine}; start it "
                              "with adaspark.serving.llama_server, not `adaspark serve`")
-        keys = arm.rule
         store_dir.mkdir(parents=True, exist_ok=True)
         extra: dict[str, Any] = {}
-        if "store" in keys:  # rules with a learned store keep it in the store directory
+        if hasattr(arm.rule, "store"):  # rules with a learned store keep it in the store dir
             extra["store"] = str(store_dir / "store.json")
-        if "log_dir" in keys and round_log is not None:
+        if hasattr(arm.rule, "log_dir") and round_log is not None:
             extra["log_dir"] = str(round_log)
         self.arm = arm.as_mapping() | {"rule_extra": extra}
         self.exact = exact

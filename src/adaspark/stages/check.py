@@ -108,7 +108,7 @@ def check_arm(cfg: Any, entry_text: str, run_dir: Path, settings: RunSettings,
                                 f"{getattr(settings, key)!r}: run it again")
     arm = arm_config(cfg, entry)
     res.speculative = arm.speculative
-    res.width1_exempt = bool(arm.rule.get("offer_width1"))
+    res.width1_exempt = bool(getattr(arm.rule, "offer_width1", False))
     rows_list = ResultStore(run_dir).rows()
     rows: dict[tuple[str, str, int, int], dict[str, Any]] = {}
     for r in rows_list:

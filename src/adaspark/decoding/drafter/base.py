@@ -108,7 +108,7 @@ class DrafterStats:
 DRAFTERS: Registry[Callable[..., Drafter]] = Registry("drafter kind", {
     "draft-model": "adaspark.decoding.drafter.draft_model:DraftModelDrafter",
     "dspark": "adaspark.decoding.drafter.dspark:DSparkDrafter",
-}, "adaspark.decoding.drafter.base.DRAFTERS; drafter.kind in conf/drafter/")
+}, "adaspark.decoding.drafter.base.DRAFTERS; drafter.kind in conf/drafter/", base=Drafter)
 
 
 def make_drafter(kind: str, **kwargs: Any) -> Drafter:

@@ -10,15 +10,15 @@ keys).
 
 from __future__ import annotations
 
-import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
-from adaspark.checks import spec
+from adaspark.checks import check_group, spec
+from adaspark.config import ConfigError
 from adaspark.decoding.tree import MAX_WIDTH
 
 #: The longest context the n-gram index keys (``ngram.KEY``): ``follower_context`` and
@@ -148,28 +148,18 @@ _SECTIONS: dict[str, type] = {
 
 
 def _section(cls: type, raw: dict[str, Any], where: str) -> Any:
-    names = {f.name for f in fields(cls)}
-    missing = sorted(names - raw.keys())
-    unknown = sorted(raw.keys() - names)
-    if missing or unknown:
-        raise ValueError(f"scheduler config section {where!r}: missing keys {missing}, "
-                         f"unknown keys {unknown}")
-    from adaspark.checks import check_value
-
-    hints = typing.get_type_hints(cls)
-    out = {}
-    for f in fields(cls):
-        v = check_value(f"scheduler.{where}.{f.name}", raw[f.name], hints[f.name],
-                        dict(f.metadata))  # type, range or choices (Table 14)
-        out[f.name] = tuple(v) if isinstance(v, list) else v
-    return cls(**out)
+    """One section, every key present and checked (:func:`adaspark.checks.check_group`)."""
+    got = check_group(cls, raw, f"scheduler.{where}", extra="refuse")
+    return replace(got, **{f.name: tuple(v) for f in fields(cls)
+                           if isinstance(v := getattr(got, f.name), list)})
 
 
 def from_mapping(raw: dict[str, Any]) -> SchedulerConfig:
     """A :class:`SchedulerConfig` from a plain nested mapping (every key required)."""
     unknown = sorted(raw.keys() - _SECTIONS.keys())
     if unknown:
-        raise ValueError(f"scheduler config: unknown sections {unknown}")
+        raise ConfigError(f"scheduler config: unknown sections {unknown}; it has "
+                          f"{', '.join(_SECTIONS)}")
     return validate(SchedulerConfig(**{k: _section(cls, dict(raw.get(k, {})), k)
                                        for k, cls in _SECTIONS.items()}))
 
@@ -186,8 +176,6 @@ def validate(cfg: SchedulerConfig) -> SchedulerConfig:
     reach (``copy_max_match >= copy_min_match``)."""
     ng = cfg.ngram_fill
     if ng.copy_max_match < ng.copy_min_match:
-        from adaspark.config import ConfigError
-
         raise ConfigError(f"scheduler.ngram_fill.copy_max_match={ng.copy_max_match} is below "
                           f"copy_min_match={ng.copy_min_match}: a match is measured back at "
                           "least as far as it must reach; raise copy_max_match")

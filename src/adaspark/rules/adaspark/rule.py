@@ -59,6 +59,7 @@ from adaspark.rules.adaspark.config import SchedulerConfig, load_config
 from adaspark.rules.adaspark.context import RoundContext
 from adaspark.rules.adaspark.features import Features, feature_arrays
 from adaspark.rules.adaspark.ngram import NgramIndex, add_chains
+from adaspark.rules.adaspark.options import AdaSparkOptions
 from adaspark.rules.adaspark.records import (
     RequestSummary,
     RoundLogWriter,
@@ -81,36 +82,28 @@ class AdaSparkPlan(RoundPlan):
 class AdaSparkRule(WidthRule):
     """The AdaSpark scheduler (§3) as a width rule.
 
-    Keyword arguments (an arm's ``rule:`` mapping): ``width`` (``learned`` | ``classes`` | a
-    pinned row count), ``acceptance`` (``fitted`` | ``head``), ``ngram`` (bool), ``offer_width1``
-    (bool), ``rate_rule`` (``long_run`` | ``ratio``: the per-round ratio always, for the §3.4
-    comparison), ``head_offset`` (bool), ``scheduler`` (the ``conf/scheduler`` file name, or a
-    composed mapping), ``constants`` (overrides of it), ``store`` (JSON path: load at start, save
+    Keyword arguments (an arm's keywords, :class:`.options.AdaSparkOptions`):
+    ``width`` (``learned`` | ``classes`` | a pinned row count), ``acceptance`` (``fitted`` |
+    ``head``), ``ngram`` (bool), ``offer_width1`` (bool), ``rate_rule`` (``long_run`` |
+    ``ratio``: the per-round ratio always, for the §3.4 comparison), ``head_offset`` (bool),
+    ``scheduler`` (the ``conf/scheduler`` file name, or a composed mapping; None:
+    ``adaspark``), ``constants`` (overrides of it), ``store`` (JSON path: load at start, save
     after each request), ``log_dir`` (per-round Parquet directory; ``None`` is off).
     """
 
     name = "adaspark"
     uses_drafter = True
     needs_scheduler = True
+    Options = AdaSparkOptions
 
     def __init__(self, width: str | int = "learned", acceptance: str = "fitted",
                  ngram: bool = True, offer_width1: bool = False, rate_rule: str = "long_run",
-                 head_offset: bool = True, scheduler: str | dict[str, Any] = "adaspark",
+                 head_offset: bool = True, scheduler: str | dict[str, Any] | None = None,
                  constants: dict[str, Any] | None = None, store: str | None = None,
                  log_dir: str | None = None, config: SchedulerConfig | None = None) -> None:
-        if isinstance(width, str) and width not in ("learned", "classes"):
-            if not width.isdigit():
-                raise ValueError(f"width must be 'learned', 'classes' or a row count: {width!r}")
-            width = int(width)
-        if isinstance(width, int) and width < 2:
-            raise ValueError(f"a pinned width needs at least 2 rows, got {width}")
-        if acceptance not in ("fitted", "head"):
-            raise ValueError(f"acceptance must be 'fitted' or 'head', not {acceptance!r}")
-        if rate_rule not in ("long_run", "ratio"):
-            raise ValueError(f"rate_rule must be 'long_run' or 'ratio', not {rate_rule!r}")
-        if offer_width1 and isinstance(width, int):
-            raise ValueError("offer_width1 needs a chooser: it cannot go with a pinned width")
-        self.cfg = config if config is not None else load_config(scheduler, constants)
+        # the keywords are AdaSparkOptions', checked where an arm is read
+        self.cfg = (config if config is not None
+                    else load_config(scheduler or "adaspark", constants))
         self.width_mode = width
         self.pinned = width if isinstance(width, int) else None
         self.ngram_on = bool(ngram)
