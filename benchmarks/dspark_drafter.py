@@ -84,7 +84,7 @@ def chain_acceptance(overrides: list[str], texts: dict[str, list[str]], cap: int
                 toks = prompt_tokens(parts.target, cfg)
                 g = generate(parts.target, toks, cap, parts.rule, parts.drafter, B,
                              want_trace=True)
-                for t in g.trace:
+                for t in g.records:
                     if t.picks:
                         acc.append(t.accepted)
                         draft_s.append(t.draft_s)

@@ -11,7 +11,8 @@ from omegaconf import DictConfig
 from adaspark import arms
 from adaspark.config import ConfigError, to_dict
 from adaspark.decoding.engine import Model
-from adaspark.decoding.loop import Generation, generate
+from adaspark.decoding.loop import RequestSession, generate
+from adaspark.decoding.round_trace import TraceRow
 from adaspark.provenance import run_metadata
 from adaspark.rules.base import make_rule
 from adaspark.schema import check_arm
@@ -56,7 +57,7 @@ def system_used(model: Model, cfg: DictConfig) -> str | None:
     return None if template is None else chat.default_system_prompt(template)
 
 
-def compare_greedy(spec: list[int], greedy: Generation, *, exact: bool,
+def compare_greedy(spec: list[int], greedy: RequestSession, *, exact: bool,
                    prompt_len: int) -> list[Difference]:
     """Differences between a speculative stream and plain greedy decoding. Once the streams part
     the contexts differ, so only the first difference is comparable; it is reported with its gap.
@@ -111,8 +112,8 @@ def run_generate(cfg: DictConfig) -> dict[str, Any]:
             "stop": gen.stop,
             "widths": {str(k): v for k, v in sorted(gen.width_hist.items())},
         }
-        if gen.trace:  # trace=true: each round's anchor, picks, rows and accepted drafts
-            out["trace"] = [asdict(r) | {"picks": list(r.picks)} for r in gen.trace]
+        if gen.records:  # trace=true: each round's anchor, picks, rows and accepted drafts
+            out["trace"] = [asdict(TraceRow.of(r)) for r in gen.records]
         if cfg.check_greedy:
             greedy = generate(target, prompt, int(cfg.max_tokens), make_rule("ar"),
                               want_gaps=True)

@@ -1,68 +1,146 @@
-"""The round loop (Algorithm 1): plain autoregressive decode and speculative decode.
+"""The round loop of Algorithm 1, one for every world a round can run in.
 
-One loop serves every arm: a round asks the width rule whether to draft, drafts, lets the rule
-build the verify tree, verifies it in one forward, commits the greedy path and the target's argmax
-after it (§2.2), and tells the rule what happened. A width of 1 (the anchor alone) is plain
-decode, so the autoregressive arm is the same loop with the ``ar`` rule.
+A round asks the width rule whether to draft, takes a block from the world, lets the rule build
+the verify tree (``plan``), has the world verify it and find the accepted path, commits the path
+and the target's token after it (§2.2), and tells the rule what happened (``observe``). A width
+of 1 (the anchor alone) is plain decode, so the autoregressive arm is the same loop with the
+``ar`` rule. :func:`run_rounds` is that loop; what differs between the places a round runs sits
+behind :class:`RoundWorld`:
+
+- where the block comes from (:meth:`RoundWorld.draft`): the drafter on the engine
+  (:class:`EngineWorld`), the labelled block at the anchor in replay
+  (:class:`adaspark.replay.loop.LabelWorld`), a synthetic drafter in the simulator
+  (:mod:`adaspark.rules.adaspark.simulator`);
+- how the tree is verified and the accepted path found (:meth:`RoundWorld.verify`): one
+  ``llama_decode`` and the argmax per row, the labels, the synthetic text;
+- what the round's times are (:class:`Verified`): measured here around the calls (the engine),
+  or priced by the world (a device model's price, a recorded trace, the simulator's cost law).
+
+A :class:`RequestSession` owns one request: its tokens, counts and timings, its round records
+(:class:`~adaspark.decoding.round.RoundOutcome`, from which a trace row and the rule's log are
+derived) and the rule's ``begin_request``/``end_request``, which it always calls, also when a
+round raises.
+
+Two extensions fit without changing the loop. A sampling verifier is another
+:meth:`RoundWorld.verify`: it draws the target's token at each accepted node from a random
+stream keyed by the request's seed and the text position, and returns the path and tokens as the
+greedy verifier does. Several requests served together are several sessions, each stepped one
+round at a time by :func:`step_round` (what :func:`run_rounds` calls in a loop), so a batch
+scheduler interleaves their rounds and every session keeps its own counts and records.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from adaspark.decoding.drafter.base import Drafter, DrafterStats
+from adaspark.decoding.drafter.base import Block, Drafter
 from adaspark.decoding.engine import Target
-from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundState, WidthRule
-
-
-@dataclass(frozen=True)
-class RoundTrace:
-    """One round as ``generate(..., want_trace=True)`` keeps it: the anchor's position (the
-    index of ``committed[-1]``) and token, the drafted block's picks (empty when the round drafted
-    none), the verify's rows, how many of the committed tokens were accepted drafts, how many
-    tokens the round committed (accepted drafts and the target's token after them, before the
-    reply's cap cut them) and the times the width rule was told (:class:`RoundOutcome`): what a
-    replay with device model ``recorded`` prices the round at (``adaspark.replay``)."""
-
-    anchor_pos: int
-    anchor: int
-    picks: tuple[int, ...]
-    rows: int
-    accepted: int
-    committed: int = 0
-    verify_s: float = 0.0
-    fixed_s: float = 0.0
-    draft_s: float = 0.0
-    commit_s: float = 0.0
-    round_s: float = 0.0
+from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundPlan, RoundState, WidthRule
 
 
 @dataclass
-class Generation:
-    """One reply. ``tokens`` are the generated ids (an end-of-generation token included when the
-    model emitted one); ``decode_s`` is the time of the rounds (prefill excluded);
-    ``drafter_prefill_s`` is the drafter's ``begin(prompt)`` (its prompt prefill, before the
-    first round; 0 without a drafter). ``counts``
-    sums the rounds' :class:`~adaspark.decoding.round.RoundCounts` (rows and accepted rows by
-    source), the one count of drafted rows."""
+class Verified:
+    """What a world's verify gave: the accepted path's rows (row 0 the anchor), the committed
+    tokens (the accepted drafts and the target's token after them) and the round's times
+    (:class:`~adaspark.decoding.round.RoundOutcome` says what each is). A time left None is
+    measured by the loop: ``fixed_s`` from the round's start to the end of ``plan``, ``draft_s``
+    the block's own, ``round_s`` from the end of the previous round's ``observe``."""
 
-    tokens: list[int]
-    prompt_tokens: int
+    path: list[int]
+    new: list[int]
+    verify_s: float
+    fixed_s: float | None = None
+    draft_s: float | None = None
+    commit_s: float = 0.0
+    round_s: float | None = None
+    build_s: float = 0.0
+    decode_s: float = 0.0
+    backlog_rows: int = 0
+    gap: Any = None  # the top-2 logit gap of each row (the engine, when asked for gaps)
+
+
+class RoundWorld(Protocol):
+    """Where a round runs: the text so far (``committed``, the prompt and the committed tokens;
+    ``committed[-1]`` is the anchor), the context and row limits, a block source and a verifier.
+    ``measured``: the round times are the loop's clock (the reply's decode time is wall time);
+    otherwise they are the world's prices and the decode time is their sum."""
+
+    measured: bool
+
+    @property
+    def committed(self) -> Sequence[int]: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def max_rows(self) -> int: ...
+
+    @property
+    def drafts(self) -> bool:
+        """Whether the world has a drafter to call."""
+        ...
+
+    def draft(self, positions: int) -> Block:
+        """The block drafted after the anchor, ``positions`` deep."""
+        ...
+
+    def verify(self, plan: RoundPlan, block: Block | None, round_index: int) -> Verified:
+        """Verify ``plan``'s tree, commit the accepted path and the token after it."""
+        ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+
+@dataclass
+class RequestSession:
+    """One request's decode: the generated ``tokens`` (an end-of-generation token included when
+    the model emitted one), the rounds' summed ``counts`` (rows and accepted rows by source, the
+    one count of drafted rows), the drafter's blocks and time, the width histogram, the decode
+    time (rounds only, prefill excluded), the stop reason (``length``, ``eog``, ``context``), the
+    round records when ``keep_records``, and the rule's summary from ``end_request``.
+
+    Use it as a context manager: entering calls the rule's ``begin_request``, leaving always
+    calls ``end_request`` (a round that raised included; an error of ``end_request`` itself does
+    not hide the round's)."""
+
+    rule: WidthRule
+    prompt: list[int]
+    request_id: str | None = None
+    keep_records: bool = False
+    tokens: list[int] = field(default_factory=list)
     counts: RoundCounts = field(default_factory=RoundCounts)
+    records: list[RoundOutcome] = field(default_factory=list)
+    width_hist: dict[int, int] = field(default_factory=dict)
+    n_blocks: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    decode_s: float = 0.0
     prefill_s: float = 0.0
     reused: int = 0  # prompt tokens the prefill took from the cache (llama-server's cache_n)
     drafter_prefill_s: float = 0.0
-    decode_s: float = 0.0
-    verify_s: float = 0.0
-    stop: str = "length"  # "eog" or "length"
+    stop: str = "length"
     token_times: list[float] = field(default_factory=list)
-    width_hist: dict[int, int] = field(default_factory=dict)
     gaps: list[float] = field(default_factory=list)
-    trace: list[RoundTrace] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+
+    def __enter__(self) -> RequestSession:
+        self.rule.begin_request(self.prompt, self.request_id)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.summary = self.rule.end_request()
+        except Exception:
+            if exc_type is None:
+                raise  # a failing end_request is an error of its own only when no round failed
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt)
 
     @property
     def rounds(self) -> int:
@@ -81,6 +159,19 @@ class Generation:
     def tokens_per_s(self) -> float:
         return len(self.tokens) / self.decode_s if self.decode_s > 0 else float("nan")
 
+    def add(self, outcome: RoundOutcome, emitted: list[int], at: float) -> None:
+        """Count one round: its outcome and the tokens the reply got from it."""
+        self.counts.add(outcome.counts)
+        self.tokens.extend(emitted)
+        self.token_times.extend([at] * len(emitted))
+        self.verify_s += outcome.verify_s
+        self.width_hist[outcome.rows] = self.width_hist.get(outcome.rows, 0) + 1
+        if outcome.drafted:
+            self.n_blocks += 1
+            self.draft_s += outcome.draft_s
+        if self.keep_records:
+            self.records.append(outcome)
+
 
 def emitted_tokens(new: list[int], room: int, is_eog: Callable[[int], bool]
                    ) -> tuple[list[int], bool]:
@@ -93,96 +184,146 @@ def emitted_tokens(new: list[int], room: int, is_eog: Callable[[int], bool]
     return emitted, False
 
 
-def generate(
-    target: Target,
-    prompt: list[int],
-    max_tokens: int,
-    rule: WidthRule,
-    drafter: Drafter | None = None,
-    block_positions: int = 4,
-    *,
-    want_gaps: bool = False,
-    want_trace: bool = False,
-    on_tokens: Callable[[list[int]], None] | None = None,
-    stats: DrafterStats | None = None,
-    request_id: str | None = None,
-    counts: RoundCounts | None = None,
-) -> Generation:
-    """Decode up to ``max_tokens`` greedily after ``prompt`` with ``rule`` choosing each verify.
+def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
+               block_positions: int, since: float) -> list[int]:
+    """One round of Algorithm 1 (lines 5-12) for ``session`` in ``world``; ``since`` is the end of
+    the previous round (where this round's measured time starts). Returns the tokens the reply
+    got from it and sets ``session.stop`` when the reply ends here."""
+    rule = session.rule
+    committed = world.committed
+    i = session.rounds
+    state = RoundState(committed=committed, round_index=i, max_rows=world.max_rows,
+                       block_positions=block_positions)
+    t_round = time.perf_counter()
+    anchor_pos, anchor = len(committed) - 1, int(committed[-1])
+    block = None
+    if world.drafts and rule.uses_drafter and rule.wants_block(state):
+        room = world.n_ctx - len(committed) - 1
+        block = world.draft(max(1, min(rule.block_positions(block_positions), room)))
+    plan = rule.plan(state, block)
+    fixed_s = time.perf_counter() - t_round
+    v = world.verify(plan, block, i)
+    emitted, eog = emitted_tokens(v.new, max_tokens - len(session.tokens), world.is_eog)
+    if eog:
+        session.stop = "eog"
+    at = time.perf_counter()
+    if v.gap is not None:
+        session.gaps.extend(float(v.gap[r]) for r in v.path[: len(emitted)])
+    outcome = RoundOutcome.of(
+        plan, v.path, v.new, v.verify_s, fixed_s if v.fixed_s is None else v.fixed_s,
+        draft_s=(block.draft_s if block is not None else 0.0) if v.draft_s is None else v.draft_s,
+        commit_s=v.commit_s,
+        round_s=time.perf_counter() - since if v.round_s is None else v.round_s,
+        build_s=v.build_s, decode_s=v.decode_s, backlog_rows=v.backlog_rows,
+        round_index=i, anchor_pos=anchor_pos, anchor=anchor,
+        drafted=block is not None, picks=tuple(block.picks) if block is not None else ())
+    session.add(outcome, emitted, at)
+    if not world.measured:
+        session.decode_s += outcome.round_s
+    rule.observe(plan, outcome)
+    if session.stop != "eog" and len(world.committed) + 1 >= world.n_ctx:
+        session.stop = "context"
+    return emitted
 
-    ``on_tokens`` is called with each round's committed tokens as they are committed (the
-    server streams them). With ``want_gaps`` the top-2 logit gap of the row that produced each
-    generated token is kept (near-tie analysis, HARNESS); with ``want_trace`` each round's
-    :class:`RoundTrace`. ``counts``, when given, is the
-    accumulator the result's ``counts`` is (so a caller still reads the rounds' counts when a
-    round's callback raised).
-    """
-    if rule.uses_drafter and drafter is None:
-        raise ValueError(f"width rule {rule.name!r} needs a drafter; the arm gives none")
-    gen = Generation(tokens=[], prompt_tokens=len(prompt),
-                     counts=counts if counts is not None else RoundCounts())
-    prefilled = target.prefill(prompt)
-    gen.prefill_s = prefilled.seconds
-    gen.reused = prefilled.reused
-    rule.begin_request(prompt, request_id)
-    if drafter is not None:
-        t_begin = time.perf_counter()
-        drafter.begin(prompt)
-        gen.drafter_prefill_s = time.perf_counter() - t_begin
+
+def run_rounds(world: RoundWorld, session: RequestSession, max_tokens: int,
+               block_positions: int, *,
+               on_tokens: Callable[[list[int]], None] | None = None) -> RequestSession:
+    """Rounds until ``max_tokens`` tokens, an end-of-generation token or a full context.
+    ``on_tokens`` is called with each round's tokens as they are committed (the server streams
+    them). The session must be open (``with session:``)."""
     t_start = time.perf_counter()
-    t_since = t_start  # the end of the previous round's observe: where this round's time starts
-    while len(gen.tokens) < max_tokens:
-        state = RoundState(committed=target.committed, round_index=gen.rounds,
-                           max_rows=target.max_rows, block_positions=block_positions)
-        t_round = time.perf_counter()
-        anchor_pos, anchor = len(target.committed) - 1, int(target.committed[-1])
-        block = None
-        if drafter is not None and rule.wants_block(state):
-            room = target.n_ctx - len(target.committed) - 1
-            want = rule.block_positions(block_positions)
-            block = drafter.draft(target.committed, max(1, min(want, room)))
-            if stats is not None:
-                stats.n_blocks += 1
-                stats.draft_s += block.draft_s
-        plan = rule.plan(state, block)
-        fixed_s = time.perf_counter() - t_round
-        res = target.verify(plan.tree, want_gaps=want_gaps)
-        t_commit = time.perf_counter()
-        done = target.commit(res)
-        commit_s = time.perf_counter() - t_commit
-        path, new = list(done.path), list(done.tokens)
-        emitted, eog = emitted_tokens(new, max_tokens - len(gen.tokens), target.is_eog)
-        if eog:
-            gen.stop = "eog"
-        now = time.perf_counter()
-        gen.tokens.extend(emitted)
-        gen.token_times.extend([now] * len(emitted))
-        if want_gaps and res.gap is not None:
-            gen.gaps.extend(float(res.gap[r]) for r in path[: len(emitted)])
-        outcome = RoundOutcome.of(plan, path, new, res.verify_s, fixed_s,
-                                  draft_s=block.draft_s if block is not None else 0.0,
-                                  commit_s=commit_s, round_s=time.perf_counter() - t_since,
-                                  build_s=res.build_s, decode_s=res.decode_s,
-                                  backlog_rows=res.backlog_rows)
-        gen.counts.add(outcome.counts)
-        gen.verify_s += res.verify_s
-        gen.width_hist[plan.tree.n_rows] = gen.width_hist.get(plan.tree.n_rows, 0) + 1
-        rule.observe(plan, outcome)
-        if want_trace:
-            gen.trace.append(RoundTrace(
-                anchor_pos=anchor_pos, anchor=anchor,
-                picks=tuple(block.picks) if block is not None else (),
-                rows=plan.tree.n_rows, accepted=len(path) - 1, committed=len(new),
-                verify_s=outcome.verify_s, fixed_s=outcome.fixed_s, draft_s=outcome.draft_s,
-                commit_s=outcome.commit_s, round_s=outcome.round_s))
+    since = t_start  # the end of the previous round's observe: where a round's time starts
+    while len(session.tokens) < max_tokens:
+        emitted = step_round(world, session, max_tokens, block_positions, since)
         if on_tokens is not None and emitted:
             on_tokens(emitted)
-        t_since = time.perf_counter()
-        if gen.stop == "eog":
+        since = time.perf_counter()
+        if session.stop in ("eog", "context"):
             break
-        if len(target.committed) + 1 >= target.n_ctx:
-            gen.stop = "context"
-            break
-    gen.decode_s = time.perf_counter() - t_start
-    gen.summary = rule.end_request()
-    return gen
+    if world.measured:
+        session.decode_s = time.perf_counter() - t_start
+    return session
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine
+
+
+@dataclass
+class EngineWorld:
+    """The engine: the drafter's blocks, one ``llama_decode`` per verify and the target's argmax
+    at each row, times measured (with ``want_gaps``, each row's top-2 logit gap is kept: the
+    near-tie analysis of HARNESS)."""
+
+    target: Target
+    drafter: Drafter | None = None
+    want_gaps: bool = False
+    measured: bool = True
+
+    @property
+    def committed(self) -> list[int]:
+        return self.target.committed
+
+    @property
+    def n_ctx(self) -> int:
+        return self.target.n_ctx
+
+    @property
+    def max_rows(self) -> int:
+        return self.target.max_rows
+
+    @property
+    def drafts(self) -> bool:
+        return self.drafter is not None
+
+    def draft(self, positions: int) -> Block:
+        assert self.drafter is not None
+        return self.drafter.draft(self.target.committed, positions)
+
+    def verify(self, plan: RoundPlan, block: Block | None, round_index: int) -> Verified:
+        res = self.target.verify(plan.tree, want_gaps=self.want_gaps)
+        t_commit = time.perf_counter()
+        done = self.target.commit(res)
+        commit_s = time.perf_counter() - t_commit
+        return Verified(list(done.path), list(done.tokens), res.verify_s, commit_s=commit_s,
+                        build_s=res.build_s, decode_s=res.decode_s,
+                        backlog_rows=res.backlog_rows,
+                        gap=res.gap if self.want_gaps else None)
+
+    def is_eog(self, token: int) -> bool:
+        return self.target.is_eog(token)
+
+
+def decode(target: Target, session: RequestSession, max_tokens: int,
+           drafter: Drafter | None = None, block_positions: int = 4, *,
+           want_gaps: bool = False,
+           on_tokens: Callable[[list[int]], None] | None = None) -> RequestSession:
+    """Decode ``session``'s request on the engine: prefill the prompt (and the drafter's), then
+    :func:`run_rounds`. The caller keeps the session, so its counts are there to read when a
+    round's callback raised."""
+    if session.rule.uses_drafter and drafter is None:
+        raise ValueError(f"width rule {session.rule.name!r} needs a drafter; the arm gives none")
+    prefilled = target.prefill(session.prompt)
+    session.prefill_s = prefilled.seconds
+    session.reused = prefilled.reused
+    with session:
+        if drafter is not None:
+            t_begin = time.perf_counter()
+            drafter.begin(session.prompt)
+            session.drafter_prefill_s = time.perf_counter() - t_begin
+        run_rounds(EngineWorld(target, drafter, want_gaps), session, max_tokens,
+                   block_positions, on_tokens=on_tokens)
+    return session
+
+
+def generate(target: Target, prompt: list[int], max_tokens: int, rule: WidthRule,
+             drafter: Drafter | None = None, block_positions: int = 4, *,
+             want_gaps: bool = False, want_trace: bool = False,
+             on_tokens: Callable[[list[int]], None] | None = None,
+             request_id: str | None = None) -> RequestSession:
+    """Decode up to ``max_tokens`` greedily after ``prompt`` with ``rule`` choosing each verify
+    (:func:`decode` on a new session; ``want_trace`` keeps each round's record)."""
+    session = RequestSession(rule, list(prompt), request_id, keep_records=want_trace)
+    return decode(target, session, max_tokens, drafter, block_positions,
+                  want_gaps=want_gaps, on_tokens=on_tokens)

@@ -120,7 +120,13 @@ class RoundOutcome:
     rounds"): from the end of the previous round's ``observe`` (the request's decode start for
     its first round) to this round's ``observe``, so the previous round's learning, streaming
     and bookkeeping count too and the rounds' ``round_s`` add up to the reply's decode time
-    (less the last round's ``observe``). :meth:`of` defaults it to D, verify and commit."""
+    (less the last round's ``observe``). :meth:`of` defaults it to D, verify and commit.
+
+    It is the one record of a round: where it stood (``round_index``, the anchor's position
+    ``anchor_pos`` and token ``anchor``), whether it drafted and the block's ``picks``, the tree's
+    ``rows`` and the rule's ``why``; a trace file's row
+    (:meth:`adaspark.decoding.round_trace.TraceRow.of`) and the AdaSpark rule's log
+    (:func:`adaspark.rules.adaspark.records.round_record`) are derived from it."""
 
     path: list[int]
     new_tokens: list[int]
@@ -133,16 +139,31 @@ class RoundOutcome:
     build_s: float = 0.0
     decode_s: float = 0.0
     backlog_rows: int = 0
+    round_index: int = 0
+    anchor_pos: int = 0
+    anchor: int = 0
+    drafted: bool = False
+    picks: tuple[int, ...] = ()
+    rows: int = 0
+    why: str = ""
 
     @classmethod
     def of(cls, plan: RoundPlan, path: list[int], new_tokens: list[int], verify_s: float,
            fixed_s: float, draft_s: float = 0.0, commit_s: float = 0.0,
            round_s: float | None = None, build_s: float = 0.0, decode_s: float = 0.0,
-           backlog_rows: int = 0) -> RoundOutcome:
+           backlog_rows: int = 0, *, round_index: int = 0, anchor_pos: int = 0,
+           anchor: int = 0, drafted: bool = False,
+           picks: tuple[int, ...] = ()) -> RoundOutcome:
         """The outcome of verifying ``plan``, its rows counted by source."""
         whole = fixed_s + verify_s + commit_s if round_s is None else round_s
         return cls(path, new_tokens, verify_s, fixed_s, RoundCounts.of_round(plan, path),
-                   draft_s, commit_s, whole, build_s, decode_s, backlog_rows)
+                   draft_s, commit_s, whole, build_s, decode_s, backlog_rows, round_index,
+                   anchor_pos, anchor, drafted, picks, plan.tree.n_rows, plan.why)
+
+    @property
+    def accepted(self) -> int:
+        """Accepted drafts: the path's rows after the anchor."""
+        return len(self.path) - 1
 
 
 @dataclass(frozen=True)

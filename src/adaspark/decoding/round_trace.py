@@ -2,11 +2,11 @@
 
 ``adaspark run ... run.round_log=true`` has our server write, for every arm of our engine (any
 width rule, with or without a log of its own), ``<arm dir>/trace/<seq>.parquet``: each round's
-:class:`~adaspark.decoding.loop.RoundTrace` (anchor position, rows, accepted drafts, committed
-tokens and the times the rule was told), with the request's prompt and reply tokens, cap and stop
-reason in the file's metadata. It is what a trace-driven replay (:mod:`adaspark.replay`) reads:
-the prompts it labels, the rounds it must reproduce and, under device model ``recorded``, the
-times it prices them at.
+record (:class:`~adaspark.decoding.round.RoundOutcome`) as a :class:`TraceRow` (anchor position,
+rows, accepted drafts, committed tokens and the times the rule was told), with the request's
+prompt and reply tokens, cap and stop reason in the file's metadata. It is what a trace-driven
+replay (:mod:`adaspark.replay`) reads: the prompts it labels, the rounds it must reproduce and,
+under device model ``recorded``, the times it prices them at.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from adaspark.decoding.loop import RoundTrace
+from adaspark.decoding.round import RoundOutcome
 from adaspark.io import arrow_schema, write_parquet
 
 TRACE_DIR = "trace"
@@ -28,7 +28,8 @@ _META_KEY = b"adaspark.trace"
 
 @dataclass
 class TraceRow:
-    """One round of a trace file (:class:`RoundTrace` with its picks as a list)."""
+    """One round of a trace file: what a replay reads of a round's record
+    (:class:`~adaspark.decoding.round.RoundOutcome`; :meth:`of`)."""
 
     round_index: int
     anchor_pos: int
@@ -42,6 +43,13 @@ class TraceRow:
     draft_s: float
     commit_s: float
     round_s: float
+
+    @classmethod
+    def of(cls, o: RoundOutcome) -> TraceRow:
+        return cls(round_index=o.round_index, anchor_pos=o.anchor_pos, anchor=o.anchor,
+                   picks=list(o.picks), rows=o.rows, accepted=o.accepted,
+                   committed=len(o.new_tokens), verify_s=o.verify_s, fixed_s=o.fixed_s,
+                   draft_s=o.draft_s, commit_s=o.commit_s, round_s=o.round_s)
 
 
 SCHEMA = arrow_schema(TraceRow)
@@ -66,11 +74,6 @@ class RequestTrace:
     @property
     def key(self) -> str:
         return f"{self.seq:06d}"
-
-
-def rows_of(trace: list[RoundTrace]) -> list[TraceRow]:
-    return [TraceRow(round_index=i, **(asdict(r) | {"picks": list(r.picks)}))
-            for i, r in enumerate(trace)]
 
 
 def write_request(directory: Path, req: RequestTrace) -> Path:

@@ -1,22 +1,23 @@
-"""The replayed round loop (issue 14, "Replay"): Algorithm 1 with the engine replaced by labels.
+"""Replay: Algorithm 1 with the engine replaced by labels.
 
-Each round runs as :func:`adaspark.decoding.loop.generate` runs it, with the real width rule:
-the rule sees the round's state; if it drafts, the drafter's block is the labelled block at the
-anchor, cut to the positions the rule asks for; the rule builds its tree; the accepted path is
-walked from the labels (a row is accepted when its parent is and its token is the label at the
-parent's text position, :mod:`adaspark.replay.labels`); the committed tokens are the accepted
-drafts and the label after them; the rule observes the outcome with the pricer's times
-(:mod:`adaspark.replay.prices`) in place of measured ones. The records are a real run's trace
-rows (:class:`~adaspark.decoding.round_trace.TraceRow`), so a replay and the run it replays compare
-row by row.
+Each round runs in the one round loop (:func:`adaspark.decoding.loop.run_rounds`), with the real
+width rule: the rule sees the round's state; if it drafts, the drafter's block is the labelled
+block at the anchor, cut to the positions the rule asks for; the rule builds its tree; the
+accepted path is walked from the labels (a row is accepted when its parent is and its token is
+the label at the parent's text position, :mod:`adaspark.replay.labels`); the committed tokens are
+the accepted drafts and the label after them; the rule observes the outcome with the pricer's
+times (:mod:`adaspark.replay.prices`) in place of measured ones. The records are a real run's
+trace rows (:class:`~adaspark.decoding.round_trace.TraceRow`), so a replay and the run it replays
+compare row by row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from adaspark.decoding.loop import emitted_tokens
-from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundState, WidthRule
+from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.loop import RequestSession, Verified, run_rounds
+from adaspark.decoding.round import RoundCounts, RoundPlan, WidthRule
 from adaspark.decoding.round_trace import TraceRow
 from adaspark.decoding.tree import Tree
 from adaspark.replay.labels import PromptLabels
@@ -54,59 +55,49 @@ def accepted_rows(tree: Tree, labels: PromptLabels, anchor_pos: int) -> list[int
         path.append(nxt[0])
 
 
+class LabelWorld:
+    """One labelled reply as the round loop's :class:`~adaspark.decoding.loop.RoundWorld`: the
+    labelled block at the anchor, the accepted path walked from the labels (:func:`accepted_rows`),
+    the pricer's times (:mod:`adaspark.replay.prices`)."""
+
+    measured = False
+    drafts = True
+
+    def __init__(self, labels: PromptLabels, pricer: Pricer, max_rows: int, n_ctx: int) -> None:
+        self.labels, self.pricer = labels, pricer
+        self.committed: list[int] = list(labels.prompt)
+        self.max_rows, self.n_ctx = max_rows, n_ctx
+        # every committed token is a label, and ending generation is a property of the token
+        self.is_eog = labels.eog_tokens.__contains__
+
+    def draft(self, positions: int) -> Block:
+        return self.labels.block(len(self.committed) - 1, positions)
+
+    def verify(self, plan: RoundPlan, block: Block | None, round_index: int) -> Verified:
+        anchor_pos = len(self.committed) - 1
+        times = self.pricer.price(round_index, plan.tree.n_rows, len(self.committed),
+                                  0 if block is None else int(block.tokens.shape[0]))
+        if block is not None:
+            block.draft_s = times.draft_s
+        path = accepted_rows(plan.tree, self.labels, anchor_pos)
+        new = [int(plan.tree.tokens[r]) for r in path[1:]]
+        new.append(self.labels.label(anchor_pos + len(path) - 1))
+        self.committed.extend(new)
+        return Verified(path, new, times.verify_s, fixed_s=times.fixed_s, draft_s=times.draft_s,
+                        commit_s=times.commit_s, round_s=times.round_s)
+
+
 def replay_reply(rule: WidthRule, labels: PromptLabels, max_tokens: int, pricer: Pricer, *,
                  seq: int, request_id: str | None, block_positions: int, max_rows: int,
                  n_ctx: int) -> ReplayedReply:
-    """Replay one reply of up to ``max_tokens`` tokens after ``labels.prompt`` with ``rule``."""
-    prompt = list(labels.prompt)
-    committed = list(prompt)
-    out = ReplayedReply(seq=seq, request_id=request_id, tokens=[], stop="length")
-    rule.begin_request(prompt, request_id)
-    pricer.begin_request(seq)
-    uses_drafter = rule.uses_drafter
-    # every committed token is a label, and ending generation is a property of the token
-    eog_tokens = labels.eog_tokens
-    while len(out.tokens) < max_tokens:
-        i = len(out.rounds)
-        state = RoundState(committed=committed, round_index=i, max_rows=max_rows,
-                           block_positions=block_positions)
-        anchor_pos = len(committed) - 1
-        block = None
-        if uses_drafter and rule.wants_block(state):
-            room = n_ctx - len(committed) - 1
-            want = max(1, min(rule.block_positions(block_positions), room))
-            block = labels.block(anchor_pos, want)
-        plan = rule.plan(state, block)
-        rows = plan.tree.n_rows
-        times = pricer.price(i, rows, len(committed),
-                             0 if block is None else int(block.tokens.shape[0]))
-        if block is not None:
-            block.draft_s = times.draft_s
-        path = accepted_rows(plan.tree, labels, anchor_pos)
-        new = [int(plan.tree.tokens[r]) for r in path[1:]]
-        new.append(labels.label(anchor_pos + len(path) - 1))
-        committed.extend(new)
-        emitted, eog = emitted_tokens(new, max_tokens - len(out.tokens), eog_tokens.__contains__)
-        if eog:
-            out.stop = "eog"
-        out.tokens.extend(emitted)
-        outcome = RoundOutcome.of(plan, path, new, times.verify_s, times.fixed_s,
-                                  draft_s=times.draft_s, commit_s=times.commit_s,
-                                  round_s=times.round_s)
-        out.counts.add(outcome.counts)
-        out.width_hist[rows] = out.width_hist.get(rows, 0) + 1
-        out.decode_s += times.round_s
-        rule.observe(plan, outcome)
-        out.rounds.append(TraceRow(
-            round_index=i, anchor_pos=anchor_pos, anchor=int(committed[anchor_pos]),
-            picks=[int(t) for t in block.tokens[:, 0]] if block is not None else [],
-            rows=rows, accepted=len(path) - 1, committed=len(new),
-            verify_s=times.verify_s, fixed_s=times.fixed_s, draft_s=times.draft_s,
-            commit_s=times.commit_s, round_s=times.round_s))
-        if out.stop == "eog":
-            break
-        if len(committed) + 1 >= n_ctx:
-            out.stop = "context"
-            break
-    out.summary = rule.end_request()
-    return out
+    """Replay one reply of up to ``max_tokens`` tokens after ``labels.prompt`` with ``rule``
+    (the round loop, :func:`adaspark.decoding.loop.run_rounds`, in a :class:`LabelWorld`)."""
+    world = LabelWorld(labels, pricer, max_rows, n_ctx)
+    session = RequestSession(rule, list(labels.prompt), request_id, keep_records=True)
+    with session:
+        pricer.begin_request(seq)
+        run_rounds(world, session, max_tokens, block_positions)
+    return ReplayedReply(seq=seq, request_id=request_id, tokens=session.tokens,
+                         stop=session.stop, rounds=[TraceRow.of(o) for o in session.records],
+                         counts=session.counts, width_hist=session.width_hist,
+                         decode_s=session.decode_s, summary=session.summary)

@@ -19,8 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from adaspark.decoding.drafter.base import DrafterStats
-from adaspark.decoding.loop import Generation, generate
+from adaspark.decoding.loop import RequestSession, decode, generate
 from adaspark.decoding.round import RoundCounts
 from adaspark.rules.base import make_rule
 from adaspark.schema import ArmConfig
@@ -247,24 +246,19 @@ class ArmService:
             if job.cancel.is_set():
                 raise _Cancelled
 
-        stats = DrafterStats()
-        counts = RoundCounts()  # the loop's count; still read when a round's callback raised
+        session = RequestSession(self.parts.rule, list(job.prompt), job.request_id,
+                                 keep_records=self.trace_log is not None)
         error = None
-        gen: Generation | None = None
+        finished = False
         try:
-            gen = generate(t, job.prompt, job.max_tokens, self.parts.rule, self.parts.drafter,
-                           self.parts.block_positions, on_tokens=on_tokens, stats=stats,
-                           request_id=job.request_id, counts=counts,
-                           want_trace=self.trace_log is not None)
-            stop = gen.stop
+            decode(t, session, job.max_tokens, self.parts.drafter, self.parts.block_positions,
+                   on_tokens=on_tokens)
+            finished = True
+            stop = session.stop
             if self.trace_log is not None:
-                self._write_trace(job, gen)
+                self._write_trace(job, session)
         except _Cancelled:
             stop = "cancelled"
-            try:
-                self.parts.rule.end_request()
-            except Exception:  # the rule's bookkeeping must not take the server down
-                pass
         except Exception as e:  # reported to the client; the server keeps serving
             stop = "error"
             error = f"{type(e).__name__}: {e}"
@@ -276,27 +270,28 @@ class ArmService:
             job.emit(("tail", tail))
         finish = ("tool_calls" if assembler.calls else
                   "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
-        n_gen = len(gen.tokens) if gen is not None else n_out[0]
-        keep = gen.reused if gen is not None else 0
-        timings = self._timings(gen, counts, stats, keep, len(job.prompt), stop)
+        n_gen = len(session.tokens) if finished else n_out[0]
+        timings = self._timings(session if finished else None, session.counts,
+                                session.reused if finished else 0,
+                                len(job.prompt), stop)
         return JobResult(message=assembler.message(), finish_reason=finish,
                          prompt_tokens=len(job.prompt), completion_tokens=n_gen,
                          timings=timings, error=error)
 
-    def _write_trace(self, job: Job, gen: Generation) -> None:
+    def _write_trace(self, job: Job, gen: RequestSession) -> None:
         from adaspark.decoding import round_trace
 
         assert self.trace_log is not None
         round_trace.write_request(self.trace_log, round_trace.RequestTrace(
             seq=self.n_requests, request_id=job.request_id, prompt=list(job.prompt),
             tokens=list(gen.tokens), max_tokens=job.max_tokens, stop=gen.stop,
-            exact=self.exact, rounds=round_trace.rows_of(gen.trace),
+            exact=self.exact, rounds=[round_trace.TraceRow.of(o) for o in gen.records],
             meta={"arm": self.arm["name"], "models": self.parts.models,
                   "block_positions": self.parts.block_positions,
                   "max_rows": self.parts.target.max_rows, "n_ctx": self.n_ctx}))
 
-    def _timings(self, gen: Generation | None, c: RoundCounts, stats: DrafterStats,
-                 cache_n: int, n_prompt: int, stop: str) -> dict[str, Any]:
+    def _timings(self, gen: RequestSession | None, c: RoundCounts, cache_n: int, n_prompt: int,
+                 stop: str) -> dict[str, Any]:
         """The last chunk's ``timings``; ``c`` is the rounds' counts (``gen.counts`` when the
         decode finished). Beside llama-server's keys: ``drafter_prefill_ms``, the drafter's
         prompt prefill before the first round (0 for an arm without a drafter)."""
@@ -317,8 +312,8 @@ class ArmService:
             "draft_n": gen.drafted,
             "draft_n_accepted": gen.accepted,
             "verify_ms": gen.verify_s * 1e3,
-            "draft_ms": stats.draft_s * 1e3,
-            "draft_blocks": stats.n_blocks,
+            "draft_ms": gen.draft_s * 1e3,
+            "draft_blocks": gen.n_blocks,
             "widths": widths,
             "width1_rounds": gen.width_hist.get(1, 0),
             "by_source": c.as_dict(),

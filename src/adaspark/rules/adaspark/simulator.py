@@ -32,7 +32,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from adaspark.decoding.drafter.base import Block
-from adaspark.decoding.round import RoundOutcome, RoundState, WidthRule
+from adaspark.decoding.loop import RequestSession, Verified, run_rounds
+from adaspark.decoding.round import RoundPlan, WidthRule
 from adaspark.decoding.tree import Tree, accepted_path
 from adaspark.rules.adaspark.cost_law import CostClass
 from adaspark.rules.adaspark.width_table import WidthTable
@@ -278,37 +279,22 @@ class Simulator:
 
     def run_request(self, rule: WidthRule, request: int, prompt_len: int,
                     max_tokens: int, keep_rounds: bool = False) -> SimReply:
-        env = self.env
+        """One request through the round loop (:func:`adaspark.decoding.loop.run_rounds`) in
+        this environment's synthetic world (:class:`SimWorld`)."""
         w = self.world(request, prompt_len, max_tokens)
-        committed = w.text[:prompt_len].tolist()
-        rule.begin_request(list(committed))
-        reply = SimReply(request=request, prompt_len=prompt_len)
-        rnd = 0
-        while len(committed) - prompt_len < max_tokens:
-            L = len(committed)
-            state = RoundState(committed=committed, round_index=rnd, max_rows=env.max_rows,
-                               block_positions=env.drafter.B)
-            block = None
-            fixed = 0.0
-            if rule.wants_block(state):
-                block, _ = self.block(w, L, env.drafter.B)
-                fixed = env.fixed * (1.0 + env.fixed_slope * L / 1000.0) * w.noise_fixed[L]
-            plan = rule.plan(state, block)
-            verify_s = env.cost(plan.tree.n_rows, L) * w.noise_verify[L]
-            path, new = self.verify(w, L, plan.tree)
-            rule.observe(plan, RoundOutcome.of(plan, path, new, verify_s, fixed,
-                                               draft_s=env.draft_share * fixed))
-            committed.extend(new)
-            reply.tokens += len(new)
-            reply.seconds += fixed + verify_s
-            reply.rounds += 1
-            reply.widths.append(plan.tree.n_rows)
-            if keep_rounds:
-                reply.round_tokens.append(len(new))
-                reply.round_seconds.append(fixed + verify_s)
-                reply.round_why.append(plan.why)
-            rnd += 1
-        reply.summary = rule.end_request()
+        world = SimWorld(self, w)
+        session = RequestSession(rule, list(world.committed), keep_records=True)
+        with session:
+            run_rounds(world, session, max_tokens, self.env.drafter.B)
+        recs = session.records
+        reply = SimReply(request=request, prompt_len=prompt_len,
+                         tokens=sum(len(o.new_tokens) for o in recs),
+                         seconds=sum(o.round_s for o in recs), rounds=len(recs),
+                         widths=[o.rows for o in recs], summary=session.summary)
+        if keep_rounds:
+            reply.round_tokens = [len(o.new_tokens) for o in recs]
+            reply.round_seconds = [o.round_s for o in recs]
+            reply.round_why = [o.why for o in recs]
         return reply
 
     def run(self, rule: WidthRule, requests: range | list[int], prompt_len: int | list[int],
@@ -318,6 +304,39 @@ class Simulator:
             pl = prompt_len if isinstance(prompt_len, int) else prompt_len[i % len(prompt_len)]
             out.append(self.run_request(rule, r, pl, max_tokens, keep_rounds))
         return out
+
+
+class SimWorld:
+    """A request's synthetic world as the round loop's :class:`~adaspark.decoding.loop.RoundWorld`:
+    the simulated drafter's block, greedy acceptance against the world's text and the
+    environment's prices (the fixed cost D when the round drafted, the verify cost by rows and
+    context, each with the world's noise); no end of generation, no context limit."""
+
+    measured = False
+    drafts = True
+    n_ctx = 1 << 62
+
+    def __init__(self, sim: Simulator, w: RequestWorld) -> None:
+        self.sim, self.w = sim, w
+        self.committed: list[int] = w.text[: w.prompt_len].tolist()
+        self.max_rows = sim.env.max_rows
+
+    def draft(self, positions: int) -> Block:
+        return self.sim.block(self.w, len(self.committed), positions)[0]
+
+    def verify(self, plan: RoundPlan, block: Block | None, round_index: int) -> Verified:
+        env, w, L = self.sim.env, self.w, len(self.committed)
+        fixed = 0.0
+        if block is not None:
+            fixed = env.fixed * (1.0 + env.fixed_slope * L / 1000.0) * w.noise_fixed[L]
+        verify_s = env.cost(plan.tree.n_rows, L) * w.noise_verify[L]
+        path, new = self.sim.verify(w, L, plan.tree)
+        self.committed.extend(new)
+        return Verified(path, new, verify_s, fixed_s=fixed, draft_s=env.draft_share * fixed,
+                        round_s=fixed + verify_s)
+
+    def is_eog(self, token: int) -> bool:
+        return False
 
 
 @dataclass
