@@ -82,6 +82,7 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     lock = OmegaConf.to_container(OmegaConf.load(copy / "dvc.lock"))
     stages = set(lock["stages"])
     expected = {"models", "testset", "survey", "run@llamacpp-chain", "run@adaspark",
+                "run@adaptive-chain",
                 "instrumented@adaspark", "fig5", "check", "tables", "figures", "claims", "report",
                 "labelled@adaspark", "labels", "replay",
                 *(f"run@{a}" for a in DSPARK_ARMS)}
@@ -110,7 +111,9 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     assert replay["check"]["adaspark"]["exact"] is True, replay["check"]
     assert set(replay["replays"]) == {"cpu-measured", "qwen3-4b-paper", "step-at-8"}
     for dev, arms in replay["replays"].items():
-        assert {"adaspark", "chain3", "adaspark-dspark"} <= set(arms), (dev, sorted(arms))
+        # adaptive-chain: the README's worked example, a rule from outside the package
+        assert {"adaspark", "chain3", "adaptive-chain", "adaspark-dspark"} <= set(arms), \
+            (dev, sorted(arms))
         assert arms["adaspark-dspark"]["accepted"] > 0, arms["adaspark-dspark"]
     assert (copy / "runs" / "replay" / "devices" / "cpu-measured.yaml").is_file()
     for dev in replay["replays"]:  # Figure 5's pair over Figure 5's own prompts

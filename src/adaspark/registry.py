@@ -5,20 +5,21 @@ Every name a config may give (``arm.width_rule``, ``drafter.kind``) is looked up
 registered by importing a module, so what a name means never depends on which modules happen to
 have been imported; a name that is not in the table raises :class:`UnknownNameError`, which lists
 the known ones. A new rule or drafter is one line in its table, or, without editing the package,
-its own ``"module:Class"`` path given as the name (``width_rule: my_rules:HalfChain``): the module
-is imported from ``PYTHONPATH`` or the working directory. Every object a registry hands out is
-checked against the table's base class.
+its own ``"module:Class"`` path given as the name (``width_rule:
+examples.adaptive_chain:AdaptiveChain``): the module is imported from ``PYTHONPATH`` or the
+checkout (beside ``conf/``). Every object a registry hands out is checked against the table's
+base class.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from adaspark import paths
 from adaspark.config import ConfigError
 
 T = TypeVar("T")
@@ -79,17 +80,19 @@ def is_object_path(name: object) -> bool:
 
 def load_object(path: str, what: str) -> Any:
     """The object at ``"module:Object"``; the module is looked for on ``sys.path`` and then in
-    the working directory. A path that names nothing is a :class:`ConfigError` that says so."""
+    the checkout whose ``conf/`` the config comes from. A path that names nothing is a
+    :class:`ConfigError` that says so."""
     module, _, attr = path.partition(":")
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
         if e.name is None or not module.startswith(e.name):
             raise  # the module exists; something it imports does not
-        if os.getcwd() in sys.path:
+        root = str(paths.checkout_root())
+        if root in sys.path:
             raise ConfigError(f"{what} {path!r}: no module {module!r} on PYTHONPATH or in the "
-                              f"working directory {os.getcwd()}") from None
-        sys.path.append(os.getcwd())  # an arm file's own module, beside the config
+                              f"checkout {root}") from None
+        sys.path.append(root)  # an arm file's own module, beside the config (conf/)
         return load_object(path, what)
     obj = getattr(mod, attr, None)
     if obj is None:

@@ -29,7 +29,6 @@ from adaspark.analysis.records import (
     read_rounds,
 )
 
-CHAIN3 = "chain3"
 SUMMARY = "summary.json"
 STAND_IN = ("llama.cpp's tok/s cannot be replayed (llama-server's own loop is not a width "
             "rule): a block's first row is its chain in replay (chain3, chain3-dspark), standing "

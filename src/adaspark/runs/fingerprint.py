@@ -71,8 +71,28 @@ def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings, plan: list[Plan
            "conversations": {f"{q.set_name}/{q.conversation.name}": conversation_sha256(q)
                              for q in plan},
            "code": provenance.code_fingerprint()}
+    rule_source = _outside_rule_source(arm)
+    if rule_source is not None:  # a rule outside the package: its own code, beside ours
+        out["rule_code"] = rule_source
     if arm.needs_scheduler and cfg.get("scheduler") is not None:
         sch = cfg.get("scheduler")
         out["scheduler"] = OmegaConf.to_container(sch, resolve=True) \
             if isinstance(sch, DictConfig) else sch
     return out
+
+
+def _outside_rule_source(arm: ArmConfig) -> dict[str, str] | None:
+    """The module file and sha256 of an arm's width rule named as ``module:Class`` outside the
+    package (None for a rule of the package's registry, whose code the code fingerprint holds)."""
+    import inspect
+
+    from adaspark.registry import is_object_path
+    from adaspark.rules.base import rule_class
+
+    if arm.engine != "ours" or not is_object_path(arm.width_rule):
+        return None
+    cls = rule_class(str(arm.width_rule))
+    if cls.__module__.split(".")[0] == "adaspark":
+        return None
+    src = Path(inspect.getfile(cls))
+    return {"module": cls.__module__, "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
