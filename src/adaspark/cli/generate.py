@@ -12,6 +12,7 @@ from adaspark import arms
 from adaspark.config import ConfigError, to_dict
 from adaspark.decoding.engine import Model
 from adaspark.decoding.loop import RequestSession, generate
+from adaspark.decoding.round import room_left
 from adaspark.decoding.round_trace import TraceRow
 from adaspark.provenance import run_metadata
 from adaspark.rules.base import make_rule
@@ -75,7 +76,7 @@ def compare_greedy(spec: list[int], greedy: RequestSession, *, exact: bool,
 
 def check_fits(n_prompt: int, n_ctx: int, key: str) -> None:
     """Refuse, before decoding, a prompt that leaves no room for one generated token."""
-    if n_prompt + 1 >= n_ctx:
+    if room_left(n_ctx, n_prompt) < 1:
         raise ConfigError(f"the prompt has {n_prompt} tokens and does not fit {key}={n_ctx} "
                           "(with room for one generated token): raise "
                           f"{key} or shorten the prompt")

@@ -38,7 +38,14 @@ from typing import Any, Protocol
 
 from adaspark.decoding.drafter.base import Block, Drafter
 from adaspark.decoding.engine import Target
-from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundPlan, RoundState, WidthRule
+from adaspark.decoding.round import (
+    RoundCounts,
+    RoundOutcome,
+    RoundPlan,
+    RoundState,
+    WidthRule,
+    room_left,
+)
 
 
 @dataclass
@@ -198,7 +205,7 @@ def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
     anchor_pos, anchor = len(committed) - 1, int(committed[-1])
     block = None
     if world.drafts and rule.uses_drafter and rule.wants_block(state):
-        room = world.n_ctx - len(committed) - 1
+        room = room_left(world.n_ctx, len(committed))
         block = world.draft(max(1, min(rule.block_positions(block_positions), room)))
     plan = rule.plan(state, block)
     fixed_s = time.perf_counter() - t_round
@@ -221,7 +228,7 @@ def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
     if not world.measured:
         session.decode_s += outcome.round_s
     rule.observe(plan, outcome)
-    if session.stop != "eog" and len(world.committed) + 1 >= world.n_ctx:
+    if session.stop != "eog" and room_left(world.n_ctx, len(world.committed)) <= 0:
         session.stop = "context"
     return emitted
 

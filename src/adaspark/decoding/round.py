@@ -19,6 +19,14 @@ from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.tree import Tree
 
 
+def room_left(n_ctx: int, context: int) -> int:
+    """Tokens that still fit after ``context`` tokens in a context of ``n_ctx``: one position is
+    kept for the token a verify commits after its accepted path (§2.2). A prompt fits when this
+    is at least 1; a reply's cap, a round's drafted positions and the loop's context stop all
+    read it."""
+    return n_ctx - context - 1
+
+
 @dataclass
 class RoundState:
     """What a rule may read before the verify. ``committed[-1]`` is the anchor."""

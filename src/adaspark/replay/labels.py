@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from adaspark import io
 from adaspark.config import ConfigError
 from adaspark.decoding.drafter.base import Block
+from adaspark.decoding.round import room_left
 from adaspark.decoding.tree import chain_tree
 
 META_FILE = "meta.json"
@@ -290,7 +291,7 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
     drafted: list[tuple[list[Any], list[Any], list[Any]]] = [([], [], []) for _ in drafters]
 
     def room(committed: list[int]) -> int:  # positions left past the widest block's
-        return target.n_ctx - len(committed) - 1 - widest
+        return room_left(target.n_ctx, len(committed)) - widest
 
     last: list[Block | None] = [None for _ in drafters]
 

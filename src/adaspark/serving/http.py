@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from adaspark.decoding.round import room_left
 from adaspark.serving.requests import RequestError, decode_body, parse_request
 from adaspark.serving.service import ArmService, Job, JobResult, merge_deltas
 
@@ -106,7 +107,7 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
             await acquire()
         except RequestError as e:
             return error(e)
-        room = service.n_ctx - len(prompt) - 1
+        room = room_left(service.n_ctx, len(prompt))
         max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
         rid = _safe_id(request.headers.get("x-request-id"))
         job = Job(prompt=prompt, max_tokens=max(1, max_tokens), tool_format=fmt, request_id=rid)

@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark.decoding.loop import RequestSession, decode, generate
-from adaspark.decoding.round import RoundCounts
+from adaspark.decoding.round import RoundCounts, room_left
 from adaspark.rules.base import make_rule
 from adaspark.schema import ArmConfig
 from adaspark.serving import chat, tool_calls
@@ -200,13 +200,13 @@ class ArmService:
                                param="messages") from None
         t = self.parts.target
         ids = t.tokenize(text, add_special=t.add_bos, parse_special=True)
-        if len(ids) + 1 >= self.n_ctx:
+        if room_left(self.n_ctx, len(ids)) < 1:
             raise RequestError(400, f"the prompt has {len(ids)} tokens and does not fit the "
                                f"context of {self.n_ctx} tokens (with room for one generated "
                                "token); shorten the conversation or serve with a larger "
                                "target.n_ctx", param="messages",
                                kind="exceed_context_size_error")
-        if self.drafter_n_ctx is not None and len(ids) + 1 >= self.drafter_n_ctx:
+        if self.drafter_n_ctx is not None and room_left(self.drafter_n_ctx, len(ids)) < 1:
             raise RequestError(400, f"the prompt has {len(ids)} tokens and does not fit the "
                                f"drafter's context of {self.drafter_n_ctx} tokens "
                                "(drafter.n_ctx; the target's is "
