@@ -7,6 +7,7 @@ pipeline stage's ``params.yaml`` and checks it the same way."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from adaspark.config import ConfigError
 from adaspark.runs.cluster import LauncherSettings
 from adaspark.runs.settings import RunSettings
 from adaspark.schema import (
+    ArmConfig,
     DrafterConfig,
     EngineOptions,
     GenerateOptions,
@@ -27,6 +29,17 @@ from adaspark.schema import (
     check_drafter_kind,
     check_scheduler,
 )
+
+
+@dataclass
+class Checked:
+    """What :func:`validate` checked, typed, for the command to use rather than check again: the
+    command's arm (``arm=``), the arms under ``arms:`` it checked (by key: every one, or a run's
+    ``run_arms``) and the ``run`` group."""
+
+    arm: ArmConfig | None = None
+    arms: dict[str, ArmConfig] = field(default_factory=dict)
+    run: RunSettings | None = None
 
 
 def check_run_arms(raw: Any) -> list[str]:
@@ -42,7 +55,7 @@ def check_run_arms(raw: Any) -> list[str]:
 # What each command checks
 
 
-def validate(cfg: Any, *, command: str) -> None:
+def validate(cfg: Any, *, command: str) -> Checked:
     """Check every group ``command`` reads from its composed config (once, before anything
     runs or is written): ``generate``, ``serve``, ``run``, ``replay``, ``config`` or a pipeline
     ``stage``
@@ -70,21 +83,22 @@ def validate(cfg: Any, *, command: str) -> None:
         kind = checked.kind if isinstance(checked, DrafterConfig) else checked.get("kind")
         if kind is not None:
             check_drafter_kind(kind)
-    checked_arms = []
+    out = Checked()
     if "arm" in raw and command in ("generate", "serve", "config", "replay"):
-        checked_arms.append(check_arm(raw["arm"], "arm"))
+        out.arm = check_arm(raw["arm"], "arm")
     arms = raw.get("arms") or {}
     if command == "run":
         entries = check_run_arms(raw.get("run_arms"))
         for e in entries:
             key = e if e in arms else e.partition("@")[0]
             if key in arms:  # a missing arm is the runner's clear error
-                checked_arms.append(check_arm(arms[key], f"arms.{key}"))
+                out.arms[key] = check_arm(arms[key], f"arms.{key}")
     else:
         if "run_arms" in raw:
             check_value("run_arms", raw["run_arms"], list[str])
         for key, a in arms.items():
-            checked_arms.append(check_arm(a, f"arms.{key}"))
+            out.arms[key] = check_arm(a, f"arms.{key}")
+    checked_arms = ([out.arm] if out.arm is not None else []) + list(out.arms.values())
     if "drafters" in raw or command in ("generate", "serve", "run"):
         for a in checked_arms:
             arm_view(raw, a)  # an arm's own drafter is composed under drafters
@@ -95,7 +109,7 @@ def validate(cfg: Any, *, command: str) -> None:
             if constants and isinstance(raw["scheduler"], dict):
                 check_scheduler(OmegaConf.merge(raw["scheduler"], constants))
     if "run" in raw and command in ("run", "config", "stage"):
-        run = RunSettings.check(raw["run"])
+        run = out.run = RunSettings.check(raw["run"])
         unknown = [(g, a) for g, members in run.groups.items() for a in members
                    if "arms" in raw and a not in arms]
         if unknown:
@@ -107,6 +121,7 @@ def validate(cfg: Any, *, command: str) -> None:
         LauncherSettings.from_config(raw)
     if raw.get("tables") is not None:
         check_group(TablesOptions, raw["tables"], "tables", extra="refuse", partial=True)
+    return out
 
 
 def read_params(path: str | Path) -> DictConfig:

@@ -60,8 +60,9 @@ def cmd_generate(args: list[str]) -> int:
 
     check_overrides(args, "generate")
     cfg = compose(args)
-    validate(cfg, command="generate")
-    result = run_generate(cfg)
+    checked = validate(cfg, command="generate")
+    assert checked.arm is not None  # generate composes arm=
+    result = run_generate(cfg, checked.arm)
     if not cfg.json:
         print(result["text"])
     else:
@@ -149,9 +150,10 @@ def cmd_serve(args: list[str]) -> int:
     opts = ServeOptions.from_overrides(words)
     check_overrides(rest, "serve")
     cfg = compose(rest)
-    validate(cfg, command="serve")
+    checked = validate(cfg, command="serve")
+    assert checked.arm is not None  # serve composes arm=
     exact = False if cfg.get("exact") is None else bool(cfg.exact)
-    return serve(cfg, cfg.arm, opts, exact=exact)
+    return serve(cfg, checked.arm, opts, exact=exact)
 
 
 @command("run")
@@ -182,8 +184,8 @@ def cmd_run(args: list[str]) -> int:
     check_overrides(rest, "run")
     try:
         cfg = compose_for_run(rest)
-        validate(cfg, command="run")
-        settings = RunSettings.from_config(cfg)
+        checked = validate(cfg, command="run")
+        settings = checked.run if checked.run is not None else RunSettings.from_config(cfg)
         summaries = run_arms(cfg, [str(e) for e in cfg.run_arms], out, settings)
     except ConfigError:
         raise

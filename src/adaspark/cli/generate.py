@@ -16,7 +16,7 @@ from adaspark.decoding.round import room_left
 from adaspark.decoding.round_trace import TraceRow
 from adaspark.provenance import run_metadata
 from adaspark.rules.base import make_rule
-from adaspark.schema import check_arm
+from adaspark.schema import ArmConfig
 from adaspark.serving import chat
 
 #: A token that differs from plain greedy decoding is a near tie when the target's two best
@@ -82,11 +82,12 @@ def check_fits(n_prompt: int, n_ctx: int, key: str) -> None:
                           f"{key} or shorten the prompt")
 
 
-def run_generate(cfg: DictConfig) -> dict[str, Any]:
+def run_generate(cfg: DictConfig, arm: ArmConfig) -> dict[str, Any]:
+    """Decode ``cfg.prompt`` with ``arm`` (checked by the command's config check)."""
     from adaspark.decoding.backend import build_backend, default_exact
 
     exact = default_exact(build_backend()) if cfg.exact is None else bool(cfg.exact)
-    parts = arms.build(cfg, check_arm(cfg.arm, "arm"), exact=exact)
+    parts = arms.build(cfg, arm, exact=exact)
     try:
         target = parts.target
         prompt = prompt_tokens(target, cfg)

@@ -430,7 +430,6 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
     """``adaspark replay ...``: the arguments, the composed config, then :func:`replay_arm`."""
     from adaspark.config_check import validate
     from adaspark.overrides import check_overrides
-    from adaspark.schema import check_arm
 
     mine, rest = _split(args, ("run_dir", "device", "out", "replies_of", "labels"))
     if "run_dir" not in mine:
@@ -438,8 +437,7 @@ def run_replay(args: list[str], log: Any = None) -> dict[str, Any]:
                           "run.round_log=true")
     check_overrides(rest, "replay")
     cfg = compose(rest)
-    validate(cfg, command="replay")
-    arm = check_arm(cfg.arm, "arm")
+    arm = validate(cfg, command="replay").arm
     return replay_arm(cfg, arm, Path(mine["run_dir"]), device=mine.get("device", "recorded"),
                       out=Path(mine["out"]) if "out" in mine else None,
                       replies_of=mine.get("replies_of"),

@@ -59,7 +59,7 @@ from omegaconf import DictConfig, OmegaConf
 from adaspark import paths
 from adaspark.checks import check_value, spec
 from adaspark.config import ConfigError
-from adaspark.schema import check_arm
+from adaspark.schema import ArmConfig, check_arm
 from adaspark.serving.http import make_app
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.serving.service import ArmService
@@ -262,15 +262,14 @@ def fresh_store_dir(arm: str) -> Path:
     return d
 
 
-def serve(cfg: DictConfig, arm: DictConfig, opts: ServeOptions, *, exact: bool) -> int:
-    """Load the arm and serve until interrupted."""
-    typed = check_arm(arm, f"arms.{arm.name}")
+def serve(cfg: DictConfig, arm: ArmConfig, opts: ServeOptions, *, exact: bool) -> int:
+    """Load the (checked) arm and serve until interrupted."""
     import uvicorn
 
     sock = bind_socket(opts.host, opts.port)  # first: a taken port fails before the model loads
     try:
         store = opts.store or fresh_store_dir(str(arm.name))
-        service = ArmService(cfg, typed, exact=exact, store_dir=Path(store),
+        service = ArmService(cfg, arm, exact=exact, store_dir=Path(store),
                              chat_template=opts.chat_template, round_log=opts.round_log,
                              trace_log=opts.trace_log,
                              warmup=opts.warmup, tool_fallback=opts.tool_fallback)
@@ -355,7 +354,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{sorted(arms_cfg)}", file=sys.stderr)
         return 2
     exact = a.exact if a.exact is not None else bool(cfg.get("exact") or False)
-    return serve(cfg, arms_cfg[a.arm], a.options, exact=exact)
+    try:  # the params file is this process's edge: its arm is checked here, once
+        arm = check_arm(arms_cfg[a.arm], f"arms.{a.arm}")
+    except ConfigError as e:
+        print(f"adaspark.serving.main: {a.params}: {e}", file=sys.stderr)
+        return 2
+    return serve(cfg, arm, a.options, exact=exact)
 
 
 if __name__ == "__main__":
