@@ -32,9 +32,10 @@ class AdaptiveChain(WidthRule):
     name = "adaptive-chain"
     Options = AdaptiveChainOptions
 
-    def __init__(self, start: int = 3, most: int = 8) -> None:
-        self.start, self.most = start, most
-        self.length = start
+    def __init__(self, options: AdaptiveChainOptions | None = None, **keywords: Any) -> None:
+        o = self.options_of(options, **keywords)  # the defaults: AdaptiveChainOptions'
+        self.start, self.most = o.start, o.most
+        self.length = o.start
 
     def begin_request(self, prompt: list[int], request_id: str | None = None) -> None:
         self.length = min(self.start, self.most)

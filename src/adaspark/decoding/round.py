@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from adaspark.decoding.candidates import CandidateSet
@@ -193,6 +193,9 @@ class WidthRule(ABC):
     #: The rule's keywords (:class:`NoOptions`: none).
     Options: ClassVar[type] = NoOptions
 
+    def __init__(self, options: Any = None, **keywords: Any) -> None:
+        self.options = self.options_of(options, **keywords)
+
     #: The rule's config name, as in :data:`WIDTH_RULES`.
     name: str = "rule"
     #: Whether the rule's rounds call the drafter (a rule without one verifies one row).
@@ -221,7 +224,16 @@ class WidthRule(ABC):
         return {}
 
     @classmethod
+    def options_of(cls, options: Any = None, **keywords: Any) -> Any:
+        """A rule's options: ``options`` (checked where its arm was read) with ``keywords`` set
+        over it, or :attr:`Options` made from ``keywords`` (its defaults for the rest: each
+        default is written once, in the options' dataclass)."""
+        if options is None:
+            return cls.Options(**keywords)
+        return replace(options, **keywords) if keywords else options
+
+    @classmethod
     def from_options(cls, options: Any, **extra: Any) -> WidthRule:
-        """The rule built from its checked :attr:`Options` (``extra``: keywords the caller adds,
+        """The rule built from its checked :attr:`Options` (``extra``: fields the caller sets,
         such as a store path or the composed scheduler constants)."""
-        return cls(**{f.name: getattr(options, f.name) for f in fields(options)} | extra)
+        return cls(cls.options_of(options, **extra))  # type: ignore[call-arg]

@@ -5,6 +5,7 @@ width filled best first by the head-based estimate (the baselines of §4 and Tab
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from adaspark.checks import spec
 from adaspark.decoding.candidates import from_block
@@ -48,8 +49,8 @@ class Chain(WidthRule):
     name = "chain"
     Options = ChainOptions
 
-    def __init__(self, positions: int | None = None) -> None:
-        self.positions = positions
+    def __init__(self, options: ChainOptions | None = None, **keywords: Any) -> None:
+        self.positions = self.options_of(options, **keywords).positions
 
     def block_positions(self, default: int) -> int:
         return default if self.positions is None else min(default, self.positions)
@@ -70,8 +71,8 @@ class Pinned(WidthRule):
     name = "pinned"
     Options = PinnedOptions
 
-    def __init__(self, width: int) -> None:
-        self.width = width
+    def __init__(self, options: PinnedOptions | None = None, **keywords: Any) -> None:
+        self.width = self.options_of(options, **keywords).width
 
     def plan(self, state: RoundState, block: Block | None) -> RoundPlan:
         assert block is not None

@@ -96,20 +96,19 @@ class AdaSparkRule(WidthRule):
     needs_scheduler = True
     Options = AdaSparkOptions
 
-    def __init__(self, width: str | int = "learned", acceptance: str = "fitted",
-                 ngram: bool = True, offer_width1: bool = False, rate_rule: str = "long_run",
-                 head_offset: bool = True, scheduler: str | dict[str, Any] | None = None,
-                 constants: dict[str, Any] | None = None, store: str | None = None,
-                 log_dir: str | None = None, config: SchedulerConfig | None = None) -> None:
-        # the keywords are AdaSparkOptions', checked where an arm is read
+    def __init__(self, options: AdaSparkOptions | None = None, *,
+                 config: SchedulerConfig | None = None, **keywords: Any) -> None:
+        # the keywords are AdaSparkOptions' fields (their defaults are written there once)
+        o = self.options_of(options, **keywords)
+        width, ngram, store, log_dir = o.width, o.ngram, o.store, o.log_dir
         self.cfg = (config if config is not None
-                    else load_config(scheduler or "adaspark", constants))
+                    else load_config(o.scheduler or "adaspark", o.constants))
         self.width_mode = width
         self.pinned = width if isinstance(width, int) else None
         self.ngram_on = bool(ngram)
-        self.offer_width1 = bool(offer_width1)
-        self.rate_rule = rate_rule
-        self.head_offset_on = bool(head_offset)
+        self.offer_width1 = bool(o.offer_width1)
+        self.rate_rule = o.rate_rule
+        self.head_offset_on = bool(o.head_offset)
         self.store_path = Path(store) if store else None
         self.agreed_counts = self.cfg.width_choice.agreed_counts_as == "ngram"
         self.bounded = self.cfg.cost_model.cold_start == "bounded"
@@ -121,7 +120,8 @@ class AdaSparkRule(WidthRule):
         self.rate = LongRunRate(c.width_choice)
         self.gains = GainLearner(c.width_choice)
         self.forecast = DraftForecast(c.width_choice)
-        self.model = acc.AcceptanceModel(c.acceptance_model) if acceptance == "fitted" else None
+        self.model = (acc.AcceptanceModel(c.acceptance_model) if o.acceptance == "fitted"
+                      else None)
         self.head = acc.HeadEstimate(c.acceptance_model)
         a = c.acceptance_model
         self.index = NgramIndex(c.ngram_fill, a.copy_long_match, a.follower_count_edge)
