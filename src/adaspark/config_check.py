@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark.checks import check_group, check_value, plain
 from adaspark.config import ConfigError
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.runs.cluster import LauncherSettings
 from adaspark.runs.settings import RunSettings
 from adaspark.schema import (
@@ -40,6 +41,7 @@ class Checked:
     arm: ArmConfig | None = None
     arms: dict[str, ArmConfig] = field(default_factory=dict)
     run: RunSettings | None = None
+    sampling: SamplingParams | None = None
 
 
 def check_run_arms(raw: Any) -> list[str]:
@@ -63,12 +65,17 @@ def validate(cfg: Any, *, command: str) -> Checked:
     raw = plain(cfg)
     if not isinstance(raw, dict):
         raise ConfigError("the config must be a mapping of groups")
+    out = Checked()
     if command == "generate":
         check_group(GenerateOptions, raw, "")
     else:
         check_group(EngineOptions, raw, "")
         if command == "config" and "max_tokens" in raw:
             check_group(GenerateOptions, raw, "")
+    if raw.get("sampling") is not None:
+        got = check_group(SamplingParams, raw["sampling"], "sampling", extra="refuse",
+                          partial=command == "stage")
+        out.sampling = got if isinstance(got, SamplingParams) else None
     for name, cls in (("target", TargetConfig), ("drafter", DrafterConfig)):
         if name in raw or command in ("generate", "serve", "run", "replay"):
             checked = check_group(cls, raw.get(name), name, partial=command == "stage")
@@ -83,7 +90,6 @@ def validate(cfg: Any, *, command: str) -> Checked:
         kind = checked.kind if isinstance(checked, DrafterConfig) else checked.get("kind")
         if kind is not None:
             check_drafter_kind(kind)
-    out = Checked()
     if "arm" in raw and command in ("generate", "serve", "config", "replay"):
         out.arm = check_arm(raw["arm"], "arm")
     arms = raw.get("arms") or {}

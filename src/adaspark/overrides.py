@@ -47,11 +47,13 @@ def _top_keys(command: str) -> set[str]:
 
 def _group_schemas() -> dict[str, type]:
     """The config groups whose keys a schema names (``arm``: every rule's keywords)."""
+    from adaspark.decoding.sampling import SamplingParams
     from adaspark.runs.cluster import LauncherSettings
     from adaspark.runs.settings import RunSettings
 
     return {"target": TargetConfig, "drafter": DrafterConfig, "run": RunSettings,
-            "launcher": LauncherSettings, "tables": TablesOptions, "arm": ArmConfig}
+            "launcher": LauncherSettings, "tables": TablesOptions, "arm": ArmConfig,
+            "sampling": SamplingParams}
 
 
 def _group_fields(group: str) -> set[str]:

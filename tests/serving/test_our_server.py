@@ -13,6 +13,7 @@ import pytest
 
 from adaspark import arms
 from adaspark.decoding.loop import generate
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.schema import check_arm
 from adaspark.serving import chat
 from adaspark.serving.client import ChatClient, ServerReplyError
@@ -100,8 +101,8 @@ def test_bad_requests_get_errors_and_the_server_stays_up(ours):
     assert r.status_code == 400 and "does not fit the context" in r.json()["error"]["message"]
     assert httpx.get(f"{ours.url}/nowhere").status_code == 404
     assert httpx.get(url).status_code == 405
-    r = httpx.post(url, json={"messages": MESSAGES, "temperature": 1})
-    assert r.status_code == 400 and "greedily" in r.json()["error"]["message"]
+    r = httpx.post(url, json={"messages": MESSAGES, "temperature": 1, "top_p": 2})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_p"
     with ChatClient(ours.url) as c:
         with pytest.raises(ServerReplyError, match="400"):
             c.chat([{"role": "robot", "content": "x"}])
@@ -224,3 +225,27 @@ def test_a_prompt_over_the_drafters_context_is_a_400(tmp_path):
         msg = r.json()["error"]["message"]
         assert "does not fit the drafter's context of 256 tokens" in msg and "drafter.n_ctx" in msg
         assert proc.alive()
+
+
+def test_sampling_fields_give_a_normal_completion_and_a_seed_repeats(ours):
+    """temperature, top_p, top_k, min_p, seed and max_tokens together on a speculative arm
+    (``chain3``): a normal completion, the same text for the same seed (streamed or not), and
+    the sampling the reply was made with in its timings."""
+    url = f"{ours.url}/v1/chat/completions"
+    body = {"messages": MESSAGES, "temperature": 0.9, "top_p": 0.95, "top_k": 40,
+            "min_p": 0.05, "seed": 17, "max_tokens": 12}
+    one = httpx.post(url, json=body, timeout=120)
+    assert one.status_code == 200, one.text
+    got = one.json()
+    text = got["choices"][0]["message"]["content"]
+    assert got["usage"]["completion_tokens"] > 0 and text
+    assert got["timings"]["sampling"]["seed"] == 17
+    again = httpx.post(url, json=body, timeout=120).json()["choices"][0]["message"]["content"]
+    assert again == text
+    with ChatClient(ours.url) as c:
+        streamed = c.chat(MESSAGES, max_tokens=12, sampling=SamplingParams(
+            temperature=0.9, top_k=40, top_p=0.95, min_p=0.05, seed=17))
+    assert streamed.text == text
+    texts = {httpx.post(url, json=body | {"seed": s}, timeout=120).json()["choices"][0][
+        "message"]["content"] for s in range(18, 22)}
+    assert len(texts | {text}) > 1  # other seeds, other samples

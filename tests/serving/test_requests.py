@@ -8,6 +8,7 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.runs.conversation import row_message, tool_result_messages
 from adaspark.runs.rows import ReplyRow, make_row, reply_status
 from adaspark.runs.settings import ArmEntry, RunError, RunMismatchError, RunSettings
@@ -29,8 +30,20 @@ MSG = [{"role": "user", "content": "hi"}]
     ({"messages": MSG, "stream": "yes"}, "stream"),
     ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
     ({"messages": MSG, "max_tokens": "8"}, "max_tokens"),
-    ({"messages": MSG, "temperature": 0.7}, "temperature"),
     ({"messages": MSG, "temperature": "0"}, "temperature"),
+    ({"messages": MSG, "temperature": 0.7, "top_p": 0}, "top_p"),
+    ({"messages": MSG, "temperature": 0.7, "top_p": 1.5}, "top_p"),
+    ({"messages": MSG, "temperature": 0.7, "top_k": -1}, "top_k"),
+    ({"messages": MSG, "temperature": 0.7, "top_k": 2.5}, "top_k"),
+    ({"messages": MSG, "temperature": 0.7, "min_p": 2}, "min_p"),
+    ({"messages": MSG, "temperature": 0.7, "seed": -3}, "seed"),
+    ({"messages": MSG, "temperature": 0.7, "seed": "7"}, "seed"),
+    ({"messages": MSG, "temperature": 0.7, "seed": True}, "seed"),
+    ({"messages": MSG, "presence_penalty": 0.5}, "presence_penalty"),
+    ({"messages": MSG, "frequency_penalty": 1}, "frequency_penalty"),
+    ({"messages": MSG, "logit_bias": {"5": 2}}, "logit_bias"),
+    ({"messages": MSG, "n": 2}, "n"),
+    ({"messages": MSG, "logprobs": True}, "logprobs"),
     ({"messages": MSG, "tools": {"name": "f"}}, "tools"),
     ({"messages": MSG, "tools": [{"type": "function", "function": {}}]}, "tools"),
     ({"messages": MSG, "tool_choice": "required"}, "tool_choice"),
@@ -43,9 +56,29 @@ MSG = [{"role": "user", "content": "hi"}]
 ])
 def test_bad_requests_name_the_field(body, field):
     with pytest.raises(RequestError) as e:
-        parse_request(body)
+        parse_request(body, SamplingParams(0.0, 40, 0.95, 0.05, 0))
     assert e.value.status == 400 and e.value.param == field
     assert e.value.body()["error"]["message"]
+
+
+def test_sampling_fields_take_the_servers_defaults_and_zero_is_greedy():
+    from adaspark.config import compose
+    from adaspark.config_check import validate
+
+    d = validate(compose(["target=tiny", "drafter=tiny-truncated"]), command="serve").sampling
+    assert (d.top_k, d.top_p, d.min_p) == (40, 0.95, 0.05)  # llama-server's, conf/config.yaml
+    assert parse_request({"messages": MSG}, d).sampling is None
+    assert parse_request({"messages": MSG, "temperature": 0, "top_k": 5}, d).sampling is None
+    r = parse_request({"messages": MSG, "temperature": 0.7, "seed": 11}, d)
+    assert r.sampling == SamplingParams(0.7, d.top_k, d.top_p, d.min_p, 11)
+    r = parse_request({"messages": MSG, "temperature": 1, "top_k": 0, "top_p": 0.9,
+                       "min_p": 0.1, "seed": 0, "presence_penalty": 0, "logit_bias": {}}, d)
+    assert r.sampling == SamplingParams(1.0, 0, 0.9, 0.1, 0)
+    unseeded = {parse_request({"messages": MSG, "temperature": 1}, d).sampling.seed
+                for _ in range(5)}
+    assert len(unseeded) > 1  # a request without a seed gets a random one, as llama-server's
+    with pytest.raises(RequestError, match=r"send temperature 0"):
+        parse_request({"messages": MSG, "temperature": 1})  # a server without defaults
 
 
 def test_good_request_and_text_parts():

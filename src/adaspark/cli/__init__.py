@@ -62,7 +62,7 @@ def cmd_generate(args: list[str]) -> int:
     cfg = compose(args)
     checked = validate(cfg, command="generate")
     assert checked.arm is not None  # generate composes arm=
-    result = run_generate(cfg, checked.arm)
+    result = run_generate(cfg, checked.arm, checked.sampling)
     if not cfg.json:
         print(result["text"])
     else:
@@ -153,7 +153,7 @@ def cmd_serve(args: list[str]) -> int:
     checked = validate(cfg, command="serve")
     assert checked.arm is not None  # serve composes arm=
     exact = False if cfg.get("exact") is None else bool(cfg.exact)
-    return serve(cfg, checked.arm, opts, exact=exact)
+    return serve(cfg, checked.arm, opts, exact=exact, sampling=checked.sampling)
 
 
 @command("run")

@@ -14,6 +14,7 @@ from adaspark.decoding.engine import Model
 from adaspark.decoding.loop import RequestSession, generate
 from adaspark.decoding.round import room_left
 from adaspark.decoding.round_trace import TraceRow
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.provenance import run_metadata
 from adaspark.rules.base import make_rule
 from adaspark.schema import ArmConfig
@@ -82,8 +83,12 @@ def check_fits(n_prompt: int, n_ctx: int, key: str) -> None:
                           f"{key} or shorten the prompt")
 
 
-def run_generate(cfg: DictConfig, arm: ArmConfig) -> dict[str, Any]:
-    """Decode ``cfg.prompt`` with ``arm`` (checked by the command's config check)."""
+def run_generate(cfg: DictConfig, arm: ArmConfig,
+                 sampling: SamplingParams | None = None) -> dict[str, Any]:
+    """Decode ``cfg.prompt`` with ``arm`` (checked by the command's config check), greedily or
+    with ``sampling`` (the ``sampling`` group; ``check_greedy`` then compares with plain
+    sampling under the same seed, which every arm of our engine emits in exact mode)."""
+    sampling = None if sampling is None or sampling.greedy else sampling
     from adaspark.decoding.backend import build_backend, default_exact
 
     exact = default_exact(build_backend()) if cfg.exact is None else bool(cfg.exact)
@@ -95,7 +100,8 @@ def run_generate(cfg: DictConfig, arm: ArmConfig) -> dict[str, Any]:
         if parts.drafter is not None:
             check_fits(len(prompt), int(cfg.drafter.n_ctx), "drafter.n_ctx")
         gen = generate(target, prompt, int(cfg.max_tokens), parts.rule, parts.drafter,
-                       parts.block_positions, want_trace=bool(cfg.get("trace", False)))
+                       parts.block_positions, want_trace=bool(cfg.get("trace", False)),
+                       sampling=sampling)
         text = target.detokenize([t for t in gen.tokens if not target.is_eog(t)])
         out: dict[str, Any] = {
             "text": text,
@@ -113,12 +119,13 @@ def run_generate(cfg: DictConfig, arm: ArmConfig) -> dict[str, Any]:
             "tokens_per_s": gen.tokens_per_s,
             "stop": gen.stop,
             "widths": {str(k): v for k, v in sorted(gen.width_hist.items())},
+            "sampling": None if sampling is None else asdict(sampling),
         }
         if gen.records:  # trace=true: each round's anchor, picks, rows and accepted drafts
             out["trace"] = [asdict(TraceRow.of(r)) for r in gen.records]
         if cfg.check_greedy:
             greedy = generate(target, prompt, int(cfg.max_tokens), make_rule("ar"),
-                              want_gaps=True)
+                              want_gaps=True, sampling=sampling)
             diffs = compare_greedy(gen.tokens, greedy, exact=exact, prompt_len=len(prompt))
             out["greedy_match"] = all(d.allowed for d in diffs)
             out["differences"] = [d.__dict__ for d in diffs]

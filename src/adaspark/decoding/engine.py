@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST, Tree, accepted_path
+from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST, Tree, walk_path
 
 #: Prefill writes the KV cache in chunks that start at multiples of this many positions, and a
 #: later prefill reuses only whole chunks (see :class:`Target`). Exact mode uses its widest
@@ -126,10 +126,9 @@ class VerifyResult:
     ``verify_s`` is the whole verify of the tree's rows, the time the cost model learns (§3.2):
     ``build_s`` (sharing the prefix with each leaf sequence, ``llama_memory_seq_cp``, and filling
     the batch: both grow with the width), ``decode_s`` (the forward, ``llama_decode``) and the
-    read-out of the argmax (and gaps) after it. ``backlog_rows`` counts the rows exact mode
-    decodes again at the head of the batch (the previous round's accepted path, the class
-    docstring): in exact mode the batch holds them beside the tree's rows, so its time is that
-    of ``backlog_rows`` more rows; fast mode has none. Measurement runs use fast mode."""
+    read-out of the argmax (and gaps) after it. ``backlog_rows``: rows exact mode decodes again
+    at the batch's head (the previous round's path, the class docstring), so its time is that of
+    ``backlog_rows`` more rows; fast mode has none. Measurement runs use fast mode."""
 
     argmax: np.ndarray
     verify_s: float
@@ -671,15 +670,16 @@ class Target(Model):
         ll.llama_memory_seq_rm(self.mem, 0, self.n_kv, -1)
         self._pending = None
 
-    def commit(self, result: VerifyResult) -> Commit:
-        """Accept the greedy path of the pending verify (§2.2); return the path's rows and the
-        newly committed tokens: the accepted candidates and the target's argmax after the path
-        (the bonus)."""
+    def commit(self, result: VerifyResult, target_token: Callable[[int], int] | None = None
+               ) -> Commit:
+        """Accept the path of the pending verify (§2.2): its rows and the new tokens (accepted
+        candidates, then the target's token after the path). ``target_token(r)``: the target's
+        token at row ``r`` (its argmax, or a draw: :mod:`adaspark.decoding.sampling`)."""
         if self._pending is None:
             raise EngineError("nothing to commit: verify() a tree first")
         ll = _llama()
         tree, seqs, n_backlog = self._pending
-        path = accepted_path(tree, result.argmax)
+        path, bonus = walk_path(tree, target_token or (lambda r: int(result.argmax[r])))
         P = self.n_past
         if self.on_committed_rows is not None:
             # the path's rows hold the committed tokens at P.. (the anchor first); exact mode's
@@ -695,6 +695,6 @@ class Target(Model):
             ll.llama_memory_seq_keep(self.mem, 0)
             self.n_kv = P + len(path)
         self._pending = None
-        new = [tree.tokens[r] for r in path[1:]] + [int(result.argmax[path[-1]])]
+        new = [tree.tokens[r] for r in path[1:]] + [int(bonus)]
         self.committed.extend(new)
         return Commit(path=tuple(path), tokens=tuple(new))

@@ -46,6 +46,8 @@ from adaspark.decoding.round import (
     WidthRule,
     room_left,
 )
+from adaspark.decoding.sampling import SamplingParams, sample_token
+from adaspark.decoding.tree import Tree
 
 
 @dataclass
@@ -118,6 +120,8 @@ class RequestSession:
     prompt: list[int]
     request_id: str | None = None
     keep_records: bool = False
+    #: the request's sampling (None or temperature 0: greedy decoding)
+    sampling: SamplingParams | None = None
     tokens: list[int] = field(default_factory=list)
     counts: RoundCounts = field(default_factory=RoundCounts)
     records: list[RoundOutcome] = field(default_factory=list)
@@ -266,6 +270,7 @@ class EngineWorld:
     target: Target
     drafter: Drafter | None = None
     want_gaps: bool = False
+    sampling: SamplingParams | None = None
     measured: bool = True
 
     @property
@@ -291,7 +296,7 @@ class EngineWorld:
     def verify(self, plan: RoundPlan, block: Block | None, round_index: int) -> Verified:
         res = self.target.verify(plan.tree, want_gaps=self.want_gaps)
         t_commit = time.perf_counter()
-        done = self.target.commit(res)
+        done = self.target.commit(res, self._sampled(plan.tree))
         commit_s = time.perf_counter() - t_commit
         return Verified(list(done.path), list(done.tokens), res.verify_s, commit_s=commit_s,
                         build_s=res.build_s, decode_s=res.decode_s,
@@ -300,6 +305,17 @@ class EngineWorld:
 
     def is_eog(self, token: int) -> bool:
         return self.target.is_eog(token)
+
+    def _sampled(self, tree: Tree) -> Callable[[int], int] | None:
+        """The target's token at each row under sampling (None: greedy, its argmax): the draw of
+        the row's text position from its logits (:func:`adaspark.decoding.sampling.sample_token`;
+        :func:`adaspark.decoding.sampling.verify_sampled` states why this is lossless)."""
+        s = self.sampling
+        if s is None or s.greedy:
+            return None
+        logits = self.target.logits(tree.n_rows)  # valid until the next decode
+        first, depths = len(self.target.committed), tree.depths()
+        return lambda r: sample_token(logits[r], s, first + depths[r])
 
 
 def decode(target: Target, session: RequestSession, max_tokens: int,
@@ -319,8 +335,8 @@ def decode(target: Target, session: RequestSession, max_tokens: int,
             t_begin = time.perf_counter()
             drafter.begin(session.prompt)
             session.drafter_prefill_s = time.perf_counter() - t_begin
-        run_rounds(EngineWorld(target, drafter, want_gaps), session, max_tokens,
-                   block_positions, on_tokens=on_tokens)
+        run_rounds(EngineWorld(target, drafter, want_gaps, session.sampling), session,
+                   max_tokens, block_positions, on_tokens=on_tokens)
     return session
 
 
@@ -328,9 +344,12 @@ def generate(target: Target, prompt: list[int], max_tokens: int, rule: WidthRule
              drafter: Drafter | None = None, block_positions: int = 4, *,
              want_gaps: bool = False, want_trace: bool = False,
              on_tokens: Callable[[list[int]], None] | None = None,
-             request_id: str | None = None) -> RequestSession:
-    """Decode up to ``max_tokens`` greedily after ``prompt`` with ``rule`` choosing each verify
-    (:func:`decode` on a new session; ``want_trace`` keeps each round's record)."""
-    session = RequestSession(rule, list(prompt), request_id, keep_records=want_trace)
+             request_id: str | None = None,
+             sampling: SamplingParams | None = None) -> RequestSession:
+    """Decode up to ``max_tokens`` after ``prompt`` with ``rule`` choosing each verify, greedily
+    or with ``sampling`` (:func:`decode` on a new session; ``want_trace`` keeps each round's
+    record)."""
+    session = RequestSession(rule, list(prompt), request_id, keep_records=want_trace,
+                             sampling=sampling)
     return decode(target, session, max_tokens, drafter, block_positions,
                   want_gaps=want_gaps, on_tokens=on_tokens)

@@ -11,7 +11,7 @@ Everything here is pure: lists and numpy arrays in, lists out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -316,11 +316,20 @@ def accepted_path(tree: Tree, argmax: Sequence[int]) -> list[int]:
     A child is accepted when its token equals the target's argmax at its parent's row; at most one
     child of a node can match, so the walk is unique.
     """
+    return walk_path(tree, lambda r: int(argmax[r]))[0]
+
+
+def walk_path(tree: Tree, target_token: Callable[[int], int]) -> tuple[list[int], int]:
+    """The accepted path's rows from the anchor (row 0) and the target's token after it, where
+    ``target_token(r)`` is the target's token at row ``r`` (its argmax, or a draw:
+    :func:`adaspark.decoding.sampling.verify_sampled`): a child is accepted when its token is
+    its parent's; of two children with the same token the first is taken. Each row on the
+    path is asked once, in path order."""
     kids = tree.children()
     path = [0]
     while True:
-        want = int(argmax[path[-1]])
+        want = target_token(path[-1])
         nxt = [c for c in kids[path[-1]] if tree.tokens[c] == want]
         if not nxt:
-            return path
+            return path, want
         path.append(nxt[0])

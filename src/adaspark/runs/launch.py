@@ -49,7 +49,7 @@ def launch(cfg: Any, entry: ArmEntry, arm: ArmConfig, out_dir: Path,
             preexec=_die_with_parent)
     else:
         snapshot = {k: cfg.get(k) for k in ("target", "drafter", "drafters", "threads",
-                                            "scheduler")}
+                                            "scheduler", "sampling")}
         snapshot = {k: (OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig)
                         else v) for k, v in snapshot.items()}
         snapshot["arms"] = {entry.entry: arm.as_mapping()}

@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
 
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.serving.tool_calls import MessageAssembler
 
 
@@ -154,8 +155,13 @@ class ChatClient:
 
     @staticmethod
     def body(messages: list[dict[str, Any]], *, max_tokens: int | None,
-             tools: list[dict[str, Any]] | None = None, stream: bool = True) -> dict[str, Any]:
+             tools: list[dict[str, Any]] | None = None, stream: bool = True,
+             sampling: SamplingParams | None = None) -> dict[str, Any]:
+        """A request body: greedy (temperature 0), or ``sampling``'s fields (both servers read
+        the same OpenAI/llama-server names)."""
         b: dict[str, Any] = {"messages": messages, "stream": stream, "temperature": 0}
+        if sampling is not None and not sampling.greedy:
+            b |= asdict(sampling)
         if max_tokens is not None:
             b["max_tokens"] = max_tokens
         if tools:
@@ -166,11 +172,12 @@ class ChatClient:
 
     def chat(self, messages: list[dict[str, Any]], *, max_tokens: int | None = None,
              tools: list[dict[str, Any]] | None = None, stream: bool = True,
-             request_id: str | None = None) -> Reply:
+             request_id: str | None = None, sampling: SamplingParams | None = None) -> Reply:
         """One reply; streamed (timed per token event) unless ``stream=False``.
         ``request_id`` goes in an ``X-Request-Id`` header (our server names the request's
         per-round log with it; llama-server ignores it)."""
-        body = self.body(messages, max_tokens=max_tokens, tools=tools, stream=stream)
+        body = self.body(messages, max_tokens=max_tokens, tools=tools, stream=stream,
+                         sampling=sampling)
         headers = {"X-Request-Id": request_id} if request_id else None
         if not stream:
             return self._plain(body, headers)

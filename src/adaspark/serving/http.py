@@ -102,7 +102,7 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
     async def completions(request: Request) -> Response:
         raw = await request.body()
         try:
-            req = parse_request(decode_body(raw))
+            req = parse_request(decode_body(raw), service.sampling_defaults)
             prompt, fmt = service.prompt_tokens(req)
             await acquire()
         except RequestError as e:
@@ -110,7 +110,8 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
         room = room_left(service.n_ctx, len(prompt))
         max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
         rid = _safe_id(request.headers.get("x-request-id"))
-        job = Job(prompt=prompt, max_tokens=max(1, max_tokens), tool_format=fmt, request_id=rid)
+        job = Job(prompt=prompt, max_tokens=max(1, max_tokens), tool_format=fmt, request_id=rid,
+                  sampling=req.sampling)
         loop = asyncio.get_running_loop()
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())

@@ -57,8 +57,9 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
-from adaspark.checks import check_value, spec
+from adaspark.checks import check_group, check_value, spec
 from adaspark.config import ConfigError
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.schema import ArmConfig, check_arm
 from adaspark.serving.http import make_app
 from adaspark.serving.requests import TOOL_FALLBACKS
@@ -262,8 +263,10 @@ def fresh_store_dir(arm: str) -> Path:
     return d
 
 
-def serve(cfg: DictConfig, arm: ArmConfig, opts: ServeOptions, *, exact: bool) -> int:
-    """Load the (checked) arm and serve until interrupted."""
+def serve(cfg: DictConfig, arm: ArmConfig, opts: ServeOptions, *, exact: bool,
+          sampling: SamplingParams | None = None) -> int:
+    """Load the (checked) arm and serve until interrupted; ``sampling``: the values of the
+    sampling fields a request leaves out (the checked ``sampling`` group)."""
     import uvicorn
 
     sock = bind_socket(opts.host, opts.port)  # first: a taken port fails before the model loads
@@ -272,7 +275,8 @@ def serve(cfg: DictConfig, arm: ArmConfig, opts: ServeOptions, *, exact: bool) -
         service = ArmService(cfg, arm, exact=exact, store_dir=Path(store),
                              chat_template=opts.chat_template, round_log=opts.round_log,
                              trace_log=opts.trace_log,
-                             warmup=opts.warmup, tool_fallback=opts.tool_fallback)
+                             warmup=opts.warmup, tool_fallback=opts.tool_fallback,
+                             sampling_defaults=sampling)
     except BaseException:
         sock.close()
         raise
@@ -356,10 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     exact = a.exact if a.exact is not None else bool(cfg.get("exact") or False)
     try:  # the params file is this process's edge: its arm is checked here, once
         arm = check_arm(arms_cfg[a.arm], f"arms.{a.arm}")
+        sampling = (check_group(SamplingParams, cfg.sampling, "sampling", extra="refuse")
+                    if cfg.get("sampling") is not None else None)
     except ConfigError as e:
         print(f"adaspark.serving.main: {a.params}: {e}", file=sys.stderr)
         return 2
-    return serve(cfg, arm, a.options, exact=exact)
+    return serve(cfg, arm, a.options, exact=exact, sampling=sampling)
 
 
 if __name__ == "__main__":

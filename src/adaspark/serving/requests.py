@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from typing import Any
 
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.serving import tool_calls
 
 #: What a template without tool support does with a request's tools: ``generic`` describes them
@@ -48,6 +50,8 @@ class ChatRequest:
     max_tokens: int | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str = "auto"
+    #: None: greedy decoding (temperature 0 or absent)
+    sampling: SamplingParams | None = None
 
 
 def _type_name(v: Any) -> str:
@@ -185,8 +189,10 @@ def reply_cap(body: dict[str, Any]) -> int | None:
     return min(caps) if caps else None
 
 
-def parse_request(body: Any) -> ChatRequest:
-    """Validate a decoded JSON body; raise :class:`RequestError` naming the bad field."""
+def parse_request(body: Any, sampling_defaults: SamplingParams | None = None) -> ChatRequest:
+    """Validate a decoded JSON body; raise :class:`RequestError` naming the bad field.
+    ``sampling_defaults``: the server's values for the sampling fields a request leaves out (its
+    config's ``sampling`` group); None refuses sampling."""
     if not isinstance(body, dict):
         raise RequestError(400, f"the request body must be a JSON object, not {_type_name(body)}")
     bad = lone_surrogate(body)
@@ -200,17 +206,7 @@ def parse_request(body: Any) -> ChatRequest:
         raise RequestError(400, f"`stream` must be true or false, not {_type_name(stream)}",
                            param="stream")
     max_tokens = reply_cap(body)
-    temp = body.get("temperature")
-    if temp is not None:
-        if isinstance(temp, bool) or not isinstance(temp, int | float):
-            raise RequestError(400, f"`temperature` must be a number, not {_type_name(temp)}",
-                               param="temperature")
-        if not math.isfinite(temp) or temp < 0:
-            raise RequestError(400, f"`temperature` must be a finite number >= 0, not {temp!r} "
-                               "(0 or absent: greedy decoding)", param="temperature")
-        if temp > 0:
-            raise RequestError(400, "this server decodes greedily only (the verify's guarantee, "
-                               "§3.5): send temperature 0 or leave it out", param="temperature")
+    sampling = sampling_params(body, sampling_defaults)
     n = body.get("n", 1)
     if n != 1:
         raise RequestError(400, "`n` must be 1 (one choice per request)", param="n")
@@ -236,4 +232,63 @@ def parse_request(body: Any) -> ChatRequest:
         raise RequestError(400, "`tool_choice` must be \"auto\" or \"none\" (this server has no "
                            "constrained decoding to force a call)", param="tool_choice")
     return ChatRequest(messages=messages, stream=stream, max_tokens=max_tokens,
-                       tools=tools, tool_choice=choice)
+                       tools=tools, tool_choice=choice, sampling=sampling)
+
+
+#: Fields that would change the distribution and that this server does not implement, with the
+#: value that leaves it unchanged (llama-server's default): any other value is refused.
+UNSUPPORTED_SAMPLING: dict[str, Any] = {
+    "presence_penalty": 0, "frequency_penalty": 0, "repeat_penalty": 1, "logit_bias": None,
+    "typical_p": 1, "mirostat": 0, "dynatemp_range": 0, "xtc_probability": 0,
+    "dry_multiplier": 0, "top_n_sigma": -1, "top_logprobs": None,
+}
+
+
+def _number(body: dict[str, Any], key: str, ok: Any, allowed: str, *,
+            integer: bool = False) -> Any:
+    v = body[key]
+    kind = int if integer else int | float
+    if isinstance(v, bool) or not isinstance(v, kind) or (
+            not integer and not math.isfinite(v)) or not ok(v):
+        raise RequestError(400, f"`{key}` must be {allowed}, not {v!r}", param=key)
+    return v
+
+
+def sampling_params(body: dict[str, Any], defaults: SamplingParams | None
+                    ) -> SamplingParams | None:
+    """The request's sampling (:class:`~adaspark.decoding.sampling.SamplingParams`): None when
+    ``temperature`` is 0 or absent (greedy decoding); the fields a request leaves out take
+    ``defaults`` (the server's ``sampling`` group: llama-server's values), and a missing ``seed``
+    a random one (as llama-server's). A bad value, or a field that would change the distribution
+    and is not implemented here, is a 400 naming it."""
+    for key, neutral in UNSUPPORTED_SAMPLING.items():
+        v = body.get(key)
+        if v is not None and v != neutral and v not in ({}, []):
+            raise RequestError(400, f"`{key}` is not supported by this server (it samples with "
+                               "temperature, top_k, top_p, min_p and seed); leave it out",
+                               param=key)
+    got: dict[str, Any] = {}
+    if body.get("temperature") is not None:
+        got["temperature"] = float(_number(body, "temperature", lambda v: v >= 0,
+                                           "a finite number >= 0 (0 or absent: greedy)"))
+    if body.get("top_k") is not None:
+        got["top_k"] = _number(body, "top_k", lambda v: v >= 0, "an integer >= 0 (0: off)",
+                               integer=True)
+    if body.get("top_p") is not None:
+        got["top_p"] = float(_number(body, "top_p", lambda v: 0 < v <= 1,
+                                     "a number in (0, 1] (1: off)"))
+    if body.get("min_p") is not None:
+        got["min_p"] = float(_number(body, "min_p", lambda v: 0 <= v <= 1,
+                                     "a number in [0, 1] (0: off)"))
+    if body.get("seed") is not None:
+        got["seed"] = _number(body, "seed", lambda v: 0 <= v < 2**63,
+                              "a non-negative integer", integer=True)
+    if got.get("temperature", 0.0) == 0.0:
+        return None
+    if defaults is None:
+        raise RequestError(400, "this server has no sampling defaults (it was started without "
+                           "a `sampling` config group): send temperature 0", param="temperature")
+    seed = got.pop("seed", None)
+    if seed is None:
+        seed = int.from_bytes(os.urandom(7), "little")
+    return replace(defaults, **got, seed=seed)

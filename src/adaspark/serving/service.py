@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspark.decoding.loop import RequestSession, decode, generate
 from adaspark.decoding.round import RoundCounts, room_left
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.rules.base import make_rule
 from adaspark.schema import ArmConfig
 from adaspark.serving import chat, tool_calls
@@ -65,6 +66,7 @@ class Job:
     request_id: str | None = None
     emit: Callable[[tuple[str, Any]], None] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    sampling: SamplingParams | None = None  # None: greedy decoding
 
 
 @dataclass
@@ -91,7 +93,8 @@ class ArmService:
     def __init__(self, cfg: DictConfig, arm: ArmConfig, *, exact: bool, store_dir: Path,
                  chat_template: Path | None = None, round_log: Path | None = None,
                  trace_log: Path | None = None,
-                 warmup: bool = True, tool_fallback: str = "generic") -> None:
+                 warmup: bool = True, tool_fallback: str = "generic",
+                 sampling_defaults: SamplingParams | None = None) -> None:
         from adaspark import arms
         from adaspark.schema import arm_view
 
@@ -100,6 +103,8 @@ class ArmService:
             raise ValueError(f"tool_fallback must be one of {TOOL_FALLBACKS}, not "
                              f"{tool_fallback!r}")
         self.tool_fallback = tool_fallback
+        #: the sampling fields a request leaves out (None: this server decodes greedily only)
+        self.sampling_defaults = sampling_defaults
         if arm.engine != "ours":
             raise ValueError(f"arm {arm.name} runs on {arm.engine}; start it "
                              "with adaspark.serving.llama_server, not `adaspark serve`")
@@ -247,7 +252,7 @@ class ArmService:
                 raise _Cancelled
 
         session = RequestSession(self.parts.rule, list(job.prompt), job.request_id,
-                                 keep_records=self.trace_log is not None)
+                                 keep_records=self.trace_log is not None, sampling=job.sampling)
         error = None
         finished = False
         try:
@@ -320,6 +325,7 @@ class ArmService:
             "stop": stop,
             "rule": self.parts.rule.name,
             "rule_summary": gen.summary,
+            "sampling": None if gen.sampling is None else asdict(gen.sampling),
         })
 
     def close(self) -> None:
