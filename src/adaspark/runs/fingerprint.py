@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark.runs.conversation import Planned, conversation_sha256
-from adaspark.runs.settings import RunSettings
+from adaspark.runs.settings import RunSettings, run_sampling
 from adaspark.schema import ArmConfig, arm_view
 
 
@@ -71,6 +72,9 @@ def fingerprint(cfg: Any, arm: ArmConfig, settings: RunSettings, plan: list[Plan
            "conversations": {f"{q.set_name}/{q.conversation.name}": conversation_sha256(q)
                              for q in plan},
            "code": provenance.code_fingerprint()}
+    sampling = run_sampling(cfg)
+    if sampling is not None:  # a sampled run never mixes with a greedy one, nor with another
+        out["sampling"] = asdict(sampling)
     rule_source = _outside_rule_source(arm)
     if rule_source is not None:  # a rule outside the package: its own code, beside ours
         out["rule_code"] = rule_source

@@ -96,6 +96,7 @@ class ReplyRow:
     #: ``local-<host>``; and its hardware fingerprint. Empty in files written before them.
     node: str = ""
     hardware: str = ""
+    seed: int = -1            # the reply's sampling seed (-1: greedy decoding)
 
     @property
     def key(self) -> tuple[str, str, int, int]:
@@ -123,7 +124,7 @@ def reply_status(reply: Reply, max_tokens: int, protocol_cap: int) -> str:
 
 def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv: Conversation,
              turn: int, reply_index: int, max_tokens: int, protocol_cap: int,
-             fingerprint: str, after_resume: bool = False) -> ReplyRow:
+             fingerprint: str, after_resume: bool = False, seed: int = -1) -> ReplyRow:
     from adaspark.runs.hardware import hardware_fingerprint, node_id
 
     t = reply.timings or {}
@@ -151,12 +152,19 @@ def make_row(reply: Reply, *, entry: ArmEntry, engine: str, set_name: str, conv:
         timings=json.dumps(t, ensure_ascii=False, default=str),
         after_resume=int(after_resume), fingerprint=fingerprint,
         wall_time=datetime.now(UTC).isoformat(timespec="seconds"),
-        node=node_id(), hardware=hardware_fingerprint(),
+        node=node_id(), hardware=hardware_fingerprint(), seed=seed,
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # Running
+
+
+def reply_seed(run_seed: int, request_id: str) -> int:
+    """A reply's sampling seed, from the run's (``sampling.seed``) and the reply's key: the same
+    reply gets the same seed in every arm and every rerun, and no two replies share one."""
+    digest = hashlib.sha256(f"{run_seed}/{request_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def reply_id(set_name: str, conversation: str, turn: int, reply: int) -> str:

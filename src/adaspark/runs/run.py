@@ -42,7 +42,7 @@ import time
 import traceback
 from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,7 @@ from adaspark.runs.fingerprint import fingerprint
 from adaspark.runs.launch import launch
 from adaspark.runs.order import RunUnit, interleave, protocol_slots
 from adaspark.runs.progress import ArmSummary, ProgressView, summarize
-from adaspark.runs.rows import ReplyRow, make_row, reply_id
+from adaspark.runs.rows import ReplyRow, make_row, reply_id, reply_seed
 from adaspark.runs.settings import (
     ArmEntry,
     RunConfigError,
@@ -69,6 +69,7 @@ from adaspark.runs.settings import (
     RunMismatchError,
     RunSettings,
     arm_config,
+    run_sampling,
 )
 from adaspark.runs.store import (
     CRASH_FILE,
@@ -274,6 +275,7 @@ def _serve(cfg: Any, unit: RunUnit, active: list[_ArmRun], plan: list[Planned],
     """Start the active arms' servers together and send every missing reply, in the order
     :func:`adaspark.runs.order.interleave` gives (one arm: the protocol's order)."""
     label = unit.group if len(active) > 1 and unit.group else active[0].entry.entry
+    sampling = run_sampling(cfg)
     with ExitStack() as stack:
         procs, clients = [], []
         for a in active:
@@ -305,10 +307,13 @@ def _serve(cfg: Any, unit: RunUnit, active: list[_ArmRun], plan: list[Planned],
                     a.pending[conv_now].n_timed for a in active if conv_now in a.pending))
             a, proc, client = active[i], procs[i], clients[i]
             req = a.walk.request()
+            rid = reply_id(*key)
+            sampled = (None if sampling is None or sampling.greedy
+                       else replace(sampling, seed=reply_seed(sampling.seed, rid)))
             try:
                 reply = client.chat(req.messages, max_tokens=settings.max_tokens,
                                     tools=req.planned.conversation.tools,
-                                    request_id=reply_id(*key))
+                                    request_id=rid, sampling=sampled)
             except (httpx.HTTPError, ServerReplyError) as e:
                 raise RunError(
                     f"{a.entry.entry}: a request to {proc.url} failed ({e}); the server log "
@@ -318,7 +323,8 @@ def _serve(cfg: Any, unit: RunUnit, active: list[_ArmRun], plan: list[Planned],
                            set_name=req.planned.set_name, conv=req.planned.conversation,
                            turn=req.turn, reply_index=req.reply, max_tokens=settings.max_tokens,
                            protocol_cap=settings.protocol_cap, fingerprint=a.digest,
-                           after_resume=a.resumed_from > 0)
+                           after_resume=a.resumed_from > 0,
+                           seed=-1 if sampled is None else sampled.seed)
             a.store.append(row)
             a.done[row.key] = asdict(row)
             sent[i] += 1

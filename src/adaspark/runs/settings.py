@@ -12,6 +12,7 @@ from typing import Any
 from adaspark import paths
 from adaspark.checks import check_group, spec
 from adaspark.config import ConfigError
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.schema import ArmConfig, arm_view, check_arm, drafter_key
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.testset.subsets import SUBSETS
@@ -158,3 +159,14 @@ def no_drafter_file(cfg: Any, arm: ArmConfig) -> str | None:
     return (f"arm {arm.name} names the drafter {arm.drafter!r}, whose file is not set "
             f"({drafter_key(arm)}.path is null): set it to a drafter file for this target, "
             f"e.g. `dvc exp run -S {drafter_key(arm)}.path=FILE`")
+
+
+def run_sampling(cfg: Any) -> SamplingParams | None:
+    """A run's sampling: the config's ``sampling`` group, or None when it is absent or greedy
+    (temperature 0, every run of the paper's protocol). Each reply is sampled with its own seed
+    (:func:`adaspark.runs.rows.reply_seed`), recorded in ``replies.parquet``'s ``seed``."""
+    raw = cfg.get("sampling")
+    if raw is None:
+        return None
+    s = check_group(SamplingParams, raw, "sampling", extra="refuse")
+    return None if s.greedy else s
