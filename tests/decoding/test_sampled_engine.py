@@ -17,7 +17,7 @@ from adaspark.rules.base import make_rule
 
 PROMPTS = ["Once upon a time", "The best way to learn a language is", "def add(a, b):"]
 #: Seeds per drafter (the self-drafter's picks are mostly accepted, so fewer seeds show it).
-N_SEEDS = {"truncated": 200, "itself": 30}
+N_SEEDS = {"truncated": 120, "itself": 30}
 N_TOKENS = 10
 
 

@@ -1,4 +1,4 @@
-"""Our ``ar`` samples what llama-server's ``llamacpp-ar`` samples: over 1,000 seeds each, the
+"""Our ``ar`` samples what llama-server's ``llamacpp-ar`` samples: over 500 seeds each, the
 distribution of the first two tokens of one reply agrees by a two-sample chi-square test, on a
 prompt whose next-token distribution is far from a point mass (its entropy is printed). The texts
 differ seed by seed (llama.cpp has its own random stream); only the distributions are compared.
@@ -28,7 +28,8 @@ from adaspark.serving.main import free_port
 
 ARGS = ["target=tiny", "drafter=tiny-truncated", "target.n_ctx=512", "drafter.n_ctx=512"]
 MESSAGES = [{"role": "user", "content": "Say one word."}]
-N_SEEDS = 1000
+#: Seeds per server: 1,000 each passed here too; 500 keep the suite's time (CI).
+N_SEEDS = 500
 SAMPLING = {"temperature": 1.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
 ALPHA = 1e-3
 
@@ -80,5 +81,5 @@ def test_our_ar_samples_llama_servers_distribution(servers) -> None:
     print(f"first two tokens: {len(ours_counts)} distinct replies, entropy {entropy:.2f} nats")
     assert entropy > 1.0, ours_counts.most_common(5)  # far from a point mass
     assert two_sample_p(ours_counts, theirs_counts) > ALPHA
-    colder = first_two(ours, range(2 * N_SEEDS, 3 * N_SEEDS), temperature=0.5)
+    colder = first_two(ours, range(2 * N_SEEDS, 2 * N_SEEDS + 400), temperature=0.5)
     assert two_sample_p(colder, theirs_counts) < ALPHA  # the test tells samplers apart
