@@ -263,9 +263,9 @@ def run_rounds(world: RoundWorld, session: RequestSession, max_tokens: int,
 
 @dataclass
 class EngineWorld:
-    """The engine: the drafter's blocks, one ``llama_decode`` per verify and the target's argmax
-    at each row, times measured (with ``want_gaps``, each row's top-2 logit gap is kept: the
-    near-tie analysis of HARNESS)."""
+    """The engine: the drafter's blocks, one ``llama_decode`` per verify and the target's token
+    at each row (its argmax, or with ``sampling`` its keyed draw), times measured (with
+    ``want_gaps``, each row's top-2 logit gap is kept: the near-tie analysis of HARNESS)."""
 
     target: Target
     drafter: Drafter | None = None

@@ -236,4 +236,4 @@ class WidthRule(ABC):
     def from_options(cls, options: Any, **extra: Any) -> WidthRule:
         """The rule built from its checked :attr:`Options` (``extra``: fields the caller sets,
         such as a store path or the composed scheduler constants)."""
-        return cls(cls.options_of(options, **extra))  # type: ignore[call-arg]
+        return cls(options, **extra)  # type: ignore[call-arg]

@@ -100,6 +100,14 @@ def _kept(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.nd
     return ids, kept
 
 
+def _weights(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The kept token ids (:func:`_kept`) and their unnormalised probabilities after the
+    temperature, the last transform of the chain."""
+    ids, kept = _kept(logits, params)
+    z = kept / params.temperature
+    return ids, np.exp(z - z[0])
+
+
 def transformed_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """The distribution llama-server samples from for these ``logits`` (one row, the whole
     vocabulary): top-k, top-p, min-p, then temperature, in that order; zero outside the kept
@@ -108,9 +116,7 @@ def transformed_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     if params.greedy:
         out[int(np.argmax(logits))] = 1.0
         return out
-    ids, kept = _kept(logits, params)
-    z = kept / params.temperature
-    p = np.exp(z - z[0])
+    ids, p = _weights(logits, params)
     out[ids] = p / p.sum()
     return out
 
@@ -122,9 +128,7 @@ def sample_token(logits: np.ndarray, params: SamplingParams, position: int) -> i
     top-k cut, so a row of a large vocabulary costs one partition."""
     if params.greedy:
         return int(np.argmax(logits))
-    ids, kept = _kept(logits, params)
-    z = kept / params.temperature
-    p = np.exp(z - z[0])
+    ids, p = _weights(logits, params)
     order = np.argsort(ids)
     return int(ids[order][draw(p[order], keyed_uniform(params.seed, position))])
 

@@ -308,7 +308,7 @@ def _serve(cfg: Any, unit: RunUnit, active: list[_ArmRun], plan: list[Planned],
             a, proc, client = active[i], procs[i], clients[i]
             req = a.walk.request()
             rid = reply_id(*key)
-            sampled = (None if sampling is None or sampling.greedy
+            sampled = (None if sampling is None  # run_sampling: None when greedy
                        else replace(sampling, seed=reply_seed(sampling.seed, rid)))
             try:
                 reply = client.chat(req.messages, max_tokens=settings.max_tokens,
