@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark.decoding.loop import RequestSession, decode, generate
-from adaspark.decoding.round import RoundCounts, room_left
+from adaspark.decoding.round import room_left
 from adaspark.decoding.sampling import SamplingParams
 from adaspark.rules.base import make_rule
 from adaspark.schema import ArmConfig
@@ -276,9 +276,7 @@ class ArmService:
         finish = ("tool_calls" if assembler.calls else
                   "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
         n_gen = len(session.tokens) if finished else n_out[0]
-        timings = self._timings(session if finished else None, session.counts,
-                                session.reused if finished else 0,
-                                len(job.prompt), stop)
+        timings = self._timings(session, finished, len(job.prompt), stop)
         return JobResult(message=assembler.message(), finish_reason=finish,
                          prompt_tokens=len(job.prompt), completion_tokens=n_gen,
                          timings=timings, error=error)
@@ -295,14 +293,15 @@ class ArmService:
                   "block_positions": self.parts.block_positions,
                   "max_rows": self.parts.target.max_rows, "n_ctx": self.n_ctx}))
 
-    def _timings(self, gen: RequestSession | None, c: RoundCounts, cache_n: int, n_prompt: int,
+    def _timings(self, gen: RequestSession, finished: bool, n_prompt: int,
                  stop: str) -> dict[str, Any]:
-        """The last chunk's ``timings``; ``c`` is the rounds' counts (``gen.counts`` when the
-        decode finished). Beside llama-server's keys: ``drafter_prefill_ms``, the drafter's
-        prompt prefill before the first round (0 for an arm without a drafter)."""
-        if gen is None:
-            return {"stop": stop, "cache_n": cache_n, "rounds": c.rounds,
-                    "by_source": c.as_dict()}
+        """The last chunk's ``timings``: a decode that did not finish (cancelled, failed) says
+        its stop and the rounds it counted. Beside llama-server's keys: ``drafter_prefill_ms``,
+        the drafter's prompt prefill before the first round (0 for an arm without a drafter)."""
+        c = gen.counts
+        if not finished:
+            return {"stop": stop, "cache_n": 0, "rounds": c.rounds, "by_source": c.as_dict()}
+        cache_n = gen.reused
         widths = {str(k): v for k, v in sorted(gen.width_hist.items())}
         n = len(gen.tokens)
         return _json_safe({
