@@ -19,7 +19,7 @@ from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.loop import RequestSession, Verified, run_rounds
 from adaspark.decoding.round import RoundCounts, RoundPlan, WidthRule
 from adaspark.decoding.round_trace import TraceRow
-from adaspark.decoding.tree import Tree
+from adaspark.decoding.tree import Tree, walk_path
 from adaspark.replay.labels import PromptLabels
 from adaspark.replay.prices import Pricer
 
@@ -42,17 +42,15 @@ class ReplayedReply:
 
 
 def accepted_rows(tree: Tree, labels: PromptLabels, anchor_pos: int) -> list[int]:
-    """The accepted path's rows from the anchor (row 0), as the engine's
-    :func:`~adaspark.decoding.tree.accepted_path` walks it, with the label at each accepted
-    row's text position as the target's argmax there."""
-    kids = tree.children()
-    path = [0]
-    while True:
-        want = labels.label(anchor_pos + len(path) - 1)
-        nxt = [c for c in kids[path[-1]] if tree.tokens[c] == want]
-        if not nxt:
-            return path
-        path.append(nxt[0])
+    """The accepted path's rows from the anchor (row 0), as the engine walks it
+    (:func:`~adaspark.decoding.tree.walk_path`), with the label at each accepted row's text
+    position as the target's token there."""
+    return _walk(tree, labels, anchor_pos)[0]
+
+
+def _walk(tree: Tree, labels: PromptLabels, anchor_pos: int) -> tuple[list[int], int]:
+    depths = tree.depths()
+    return walk_path(tree, lambda r: labels.label(anchor_pos + depths[r]))
 
 
 class LabelWorld:
@@ -79,9 +77,8 @@ class LabelWorld:
                                   0 if block is None else int(block.tokens.shape[0]))
         if block is not None:
             block.draft_s = times.draft_s
-        path = accepted_rows(plan.tree, self.labels, anchor_pos)
-        new = [int(plan.tree.tokens[r]) for r in path[1:]]
-        new.append(self.labels.label(anchor_pos + len(path) - 1))
+        path, after = _walk(plan.tree, self.labels, anchor_pos)
+        new = [int(plan.tree.tokens[r]) for r in path[1:]] + [after]
         self.committed.extend(new)
         return Verified(path, new, times.verify_s, fixed_s=times.fixed_s, draft_s=times.draft_s,
                         commit_s=times.commit_s, round_s=times.round_s)
