@@ -14,6 +14,22 @@ TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 DRAFTER = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 
 
+def run_defaults(**overrides: object) -> dict[str, object]:
+    """``conf/run/default.yaml`` (where the run group's defaults are written) with
+    ``overrides``, as a mapping."""
+    import yaml
+
+    raw = yaml.safe_load((REPO / "conf" / "run" / "default.yaml").read_text(encoding="utf-8"))
+    return {**raw, **overrides}
+
+
+def run_settings(**overrides: object):  # -> RunSettings
+    """:func:`run_defaults`, checked."""
+    from adaspark.runs.settings import RunSettings
+
+    return RunSettings.check(run_defaults(**overrides))
+
+
 def model(key: str) -> Path:
     from adaspark import model_files
 

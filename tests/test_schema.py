@@ -5,7 +5,7 @@ is allowed (issue 10, item 6)."""
 from __future__ import annotations
 
 import pytest
-from helpers import REPO
+from helpers import REPO, run_defaults
 
 from adaspark.checks import check_value
 from adaspark.config import ConfigError, compose
@@ -78,7 +78,7 @@ def test_unknown_rule_key_and_empty_run_arms():
 ])
 def test_run_group_types_and_ranges(run, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("[", r"\[")):
-        RunSettings.from_config({"run": run})
+        RunSettings.from_config({"run": run_defaults(**run)})
 
 
 def test_values_keep_their_types():

@@ -73,8 +73,7 @@ def validate(cfg: Any, *, command: str) -> Checked:
         if command == "config" and "max_tokens" in raw:
             check_group(GenerateOptions, raw, "")
     if raw.get("sampling") is not None:
-        got = check_group(SamplingParams, raw["sampling"], "sampling", extra="refuse",
-                          partial=command == "stage")
+        got = SamplingParams.check(raw["sampling"], partial=command == "stage")
         out.sampling = got if isinstance(got, SamplingParams) else None
     for name, cls in (("target", TargetConfig), ("drafter", DrafterConfig)):
         if name in raw or command in ("generate", "serve", "run", "replay"):
@@ -115,8 +114,12 @@ def validate(cfg: Any, *, command: str) -> Checked:
             if constants and isinstance(raw["scheduler"], dict):
                 check_scheduler(OmegaConf.merge(raw["scheduler"], constants))
     if "run" in raw and command in ("run", "config", "stage"):
-        run = out.run = RunSettings.check(raw["run"])
-        unknown = [(g, a) for g, members in run.groups.items() for a in members
+        if command == "stage":  # a params file may name some keys only
+            groups = RunSettings.check_keys(raw["run"]).get("groups") or {}
+        else:
+            out.run = RunSettings.check(raw["run"])
+            groups = out.run.groups
+        unknown = [(g, a) for g, members in groups.items() for a in members
                    if "arms" in raw and a not in arms]
         if unknown:
             g, a = unknown[0]
@@ -126,7 +129,7 @@ def validate(cfg: Any, *, command: str) -> Checked:
     if "launcher" in raw and command in ("run", "config", "stage"):
         LauncherSettings.from_config(raw)
     if raw.get("tables") is not None:
-        check_group(TablesOptions, raw["tables"], "tables", extra="refuse", partial=True)
+        TablesOptions.check(raw["tables"])
     return out
 
 

@@ -133,11 +133,14 @@ class ArmConfig:
 
 @dataclass(frozen=True)
 class LlamaServerOptions:
-    """A llama-server arm's ``server:`` mapping (its speculative flags)."""
+    """A llama-server arm's ``server:`` mapping (its speculative flags). The draft count and
+    probability cut have no default here: a speculative arm's file names them (llama.cpp's own
+    defaults are written once, in ``conf/arm/llamacpp-chain.yaml`` and
+    ``conf/arm/llamacpp-dspark.yaml``), so another build's defaults cannot change a run."""
 
     spec_type: str | None = None
-    spec_draft_n_max: int = spec(min=1, default=3)
-    spec_draft_p_min: float = spec(min=0.0, max=1.0, default=0.0)
+    spec_draft_n_max: int | None = spec(min=1, default=None)
+    spec_draft_p_min: float | None = spec(min=0.0, max=1.0, default=None)
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -156,6 +159,12 @@ class TablesOptions:
     n_resamples: int = spec(min=1)
     bootstrap_method: str = spec(choices=BOOTSTRAP_METHODS)
     context_split_tokens: int = spec(min=1)
+
+    @classmethod
+    def check(cls, raw: Any) -> dict[str, Any]:
+        """The ``tables`` group checked (its one check, for the config and the tables stage):
+        the keys it holds, each optional."""
+        return check_group(cls, raw, "tables", extra="refuse", partial=True)  # type: ignore[no-any-return]
 
 
 def target_config(cfg: Any) -> TargetConfig:
@@ -223,6 +232,15 @@ def check_arm(raw: Any, where: str) -> ArmConfig:
     if arm.engine == "llama-server":
         server = check_group(LlamaServerOptions, raw.get("server") or {}, f"{where}.server",
                              extra="refuse")
+        if server.spec_type not in (None, "none"):
+            unnamed = [k for k in ("spec_draft_n_max", "spec_draft_p_min")
+                       if getattr(server, k) is None]
+            if unnamed:
+                raise ConfigError(
+                    f"{where}.server.{unnamed[0]} is not set: a speculative llama-server arm "
+                    "names its draft count and probability cut (llama.cpp's defaults are 3 and "
+                    "0.0; conf/arm/llamacpp-chain.yaml names them), so that another build's "
+                    "defaults cannot change the run")
         return replace(arm, server=server)
     from adaspark.registry import UnknownNameError
     from adaspark.rules.base import WIDTH_RULES, rule_class

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from helpers import run_settings
+
 from adaspark.config import compose
 from adaspark.runs.launch import launch
 from adaspark.runs.settings import ArmEntry, RunSettings, arm_config
@@ -24,7 +26,7 @@ def _command(tmp_path: Path, settings: RunSettings, entry: str = "chain3") -> li
 
 def test_launch_command_parses_back_to_its_options(tmp_path):
     template = tmp_path / "t.jinja"
-    settings = RunSettings(exact=True, host="127.0.0.1", port=4321, chat_template=str(template),
+    settings = run_settings(exact=True, host="127.0.0.1", port=4321, chat_template=str(template),
                            round_log=True, warmup=False, tool_fallback="none")
     got = parse_main_args(_command(tmp_path, settings))
     out = tmp_path.resolve()
@@ -38,7 +40,7 @@ def test_launch_command_parses_back_to_its_options(tmp_path):
 
 
 def test_launch_command_with_the_run_defaults(tmp_path):
-    settings = RunSettings(port=4322)
+    settings = run_settings(port=4322)
     got = parse_main_args(_command(tmp_path, settings, "adaspark@2"))
     out = tmp_path.resolve()
     assert got == MainArgs(params=out / "server-params.yaml", arm="adaspark@2", exact=False,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import run_settings
 from omegaconf import OmegaConf
 
 from adaspark.config import to_dict
@@ -138,10 +139,10 @@ def test_a_bad_subset_or_test_set_writes_nothing(tmp_path):
     from dataclasses import replace
 
     from adaspark.runs.run import run_arm
-    from adaspark.runs.settings import RunError, RunSettings
+    from adaspark.runs.settings import RunError
 
     cfg = compose_for_run(["target=tiny", "drafter=tiny-truncated", "run_arms=[ar]"])
-    good = RunSettings(subset="smoke", cap=2, testset="data/testset")
+    good = run_settings(subset="smoke", cap=2, testset="data/testset")
     out = tmp_path / "ar"
     with pytest.raises(RunError, match="bogus"):
         run_arm(cfg, "ar", out, replace(good, subset="bogus"))  # past the schema's check

@@ -15,9 +15,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import run_settings
 
 from adaspark.runs.run import compose_for_run, run_arm
-from adaspark.runs.settings import RunError, RunMismatchError, RunSettings
+from adaspark.runs.settings import RunError, RunMismatchError
 from adaspark.runs.store import LOCK_FILE, ResultStore, RunLock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ def test_the_same_rows_are_refused_to_another_arm_entry_or_fingerprint(tmp_path)
 @pytest.mark.server
 def test_a_run_refuses_a_held_directory_and_rows_it_did_not_make(tmp_path):
     cfg = compose_for_run(["target=tiny", "drafter=tiny-truncated", "run_arms=[ar]"])
-    good = RunSettings(subset="smoke", cap=2, testset="data/testset")
+    good = run_settings(subset="smoke", cap=2, testset="data/testset")
     out = tmp_path / "ar"
 
     # item 1: a directory another run writes is refused before anything is written

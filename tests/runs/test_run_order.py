@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+from helpers import run_defaults
 
 from adaspark.config import ConfigError
 from adaspark.config_check import validate
@@ -140,12 +141,12 @@ def test_groups_and_order_are_checked_with_clear_errors():
     with pytest.raises(RunConfigError, match=r"run.groups.g=.*a list of arm names"):
         check_groups({"g": "ar"})
     with pytest.raises(ConfigError, match=r"run.order='alternate' is not allowed.*interleaved"):
-        RunSettings.check({"order": "alternate"})
-    s = RunSettings.check({"order": "interleaved", "groups": {"g": ["ar", "chain3"]}})
+        RunSettings.check(run_defaults(order="alternate"))
+    s = RunSettings.check(run_defaults(order="interleaved", groups={"g": ["ar", "chain3"]}))
     assert (s.order, s.groups) == ("interleaved", {"g": ["ar", "chain3"]})
     with pytest.raises(ConfigError, match=r"run.groups.g names the arm 'chian3'"):
         validate({"arms": {"ar": {"name": "ar", "width_rule": "ar"}},
-                  "run": {"groups": {"g": ["ar", "chian3"]}}}, command="stage")
+                  "run": run_defaults(groups={"g": ["ar", "chian3"]})}, command="stage")
 
 
 def test_protocol_slots_of_the_smoke_subset():

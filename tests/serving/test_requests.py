@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from helpers import run_defaults
 from omegaconf import OmegaConf
 
 from adaspark.decoding.sampling import SamplingParams
@@ -178,12 +179,14 @@ def test_tool_results_split_per_call_or_repeat():
 
 
 def test_run_settings_and_entries():
-    s = RunSettings.from_config(OmegaConf.create({"run": {"subset": "smoke", "cap": 16}}))
+    s = RunSettings.from_config(OmegaConf.create({"run": run_defaults(subset="smoke", cap=16)}))
     assert (s.subset, s.cap, s.max_tokens) == ("smoke", 16, 16)
     with pytest.raises(RunError, match="no `run` section"):
         RunSettings.from_config(OmegaConf.create({}))
     with pytest.raises(RunError, match="unknown key"):
-        RunSettings.from_config(OmegaConf.create({"run": {"caps": 3}}))
+        RunSettings.from_config(OmegaConf.create({"run": run_defaults(caps=3)}))
+    with pytest.raises(RunError, match=r"run\.cap is missing"):  # its default: conf/run/
+        RunSettings.from_config(OmegaConf.create({"run": {"subset": "smoke"}}))
     assert ArmEntry.parse("ar") == ArmEntry("ar", "ar", 1)
     with pytest.raises(RunError):
         ArmEntry.parse("adaspark@x")
@@ -192,7 +195,7 @@ def test_run_settings_and_entries():
 def test_run_stage_set_changes_the_params_it_reads():
     from adaspark.stages.run import apply_sets
 
-    cfg = OmegaConf.create({"run": {"subset": "short", "round_log": False}})
+    cfg = OmegaConf.create({"run": run_defaults(subset="short", round_log=False)})
     apply_sets(cfg, ["run.subset=heldout", "run.round_log=true", "run.cap=64"])
     s = RunSettings.from_config(cfg)
     assert (s.subset, s.round_log, s.cap) == ("heldout", True, 64)

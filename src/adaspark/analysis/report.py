@@ -278,13 +278,14 @@ def _why_section(records: Records, tables: dict[str, dict[str, Any]],
             ["set", "conversation", "turn", "reply"]))
     except FileNotFoundError:
         n = 0
-    from adaspark.runs.settings import PROTOCOL_CAP
     from adaspark.testset.subsets import PAPER_COUNTS
 
+    protocol_cap = (f"{int(run['protocol_cap']):,} tokens" if "protocol_cap" in run
+                    else "the protocol cap")
     sec.p(f"Protocol. This run served the {subset} subset ({n} distinct replies) with replies "
           f"capped at {run.get('cap', '?')} tokens; the paper serves the evaluation subset "
           f"({PAPER_COUNTS['evaluation'][2]} timed replies) to each reply's end or "
-          f"{PROTOCOL_CAP:,} tokens. With few replies the intervals are wide and a context band "
+          f"{protocol_cap}. With few replies the intervals are wide and a context band "
           "can be empty (a dash).")
     return sec
 
@@ -400,6 +401,11 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
     except FileNotFoundError as e:
         ext.p(str(e))
     sections.append(ext)
+    sampled = ((params.get("extra_runs") or {}).get("sampled") or {}).get("arms")
+    if sampled:  # a preset that samples (preset=sampling)
+        from adaspark.analysis.sampling import sampling_section
+
+        sections.append(sampling_section(records, options))
     sections.append(_why_section(records, {t["name"]: t for t in tables}, params))
     sections.append(Section("Tables").p(
         "Tables 1-10 of the paper; Tables 11-15 are its prose and are left out."

@@ -22,6 +22,7 @@ STAGE_REPEAT = "repeat"
 STAGE_HELDOUT = "heldout"
 STAGE_SHORT = "short"
 STAGE_INSTRUMENTED = "instrumented"
+STAGE_SAMPLED = "sampled"
 STAGE_SURVEY = "survey"
 STAGE_FIG5 = "fig5"
 STAGE_TABLES = "tables"
@@ -94,6 +95,9 @@ class RunSelection:
     #: arms whose file names its own drafter (``drafter: <name>``): the arm's name -> the key
     #: (``drafters.<name>``), file name and manifest sha256 its runs must have recorded
     arm_drafters: Mapping[str, tuple[str, str | None, str | None]] = field(default_factory=dict)
+    #: the sampling a run's fingerprint must record, by parent (its ``sampling`` mapping, or
+    #: None for greedy decoding); a parent not here is not compared
+    samplings: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
 
     def names(self, parent: str) -> tuple[str, ...]:
         """The directory names the params name under ``parent`` (``arms``, ``extra/short``)."""
@@ -141,15 +145,33 @@ class RunSelection:
             check("run.cap", run.get("cap"), self.cap, "run.cap")
         if "preset" in run:
             check("run.preset", run.get("preset"), self.preset, "preset.name")
+        if parent in self.samplings:  # greedy runs record none (and None is compared too)
+            expected = self.samplings[parent]
+            if fp.get("sampling") != (None if expected is None else dict(expected)):
+                sampled = parent.startswith(f"{EXTRA_DIR}/{STAGE_SAMPLED}-t")
+                out.append(Mismatch("sampling", fp.get("sampling"), expected,
+                                    "sampling and extra_runs.sampled.temperatures" if sampled
+                                    else "sampling (none: greedy decoding)"))
         return out
+
+
+def sampled_parent(temperature: Any, seed: Any) -> str:
+    """The parent of the sampled runs at ``temperature`` with run seed ``seed``, as the params
+    write them (``extra/sampled-t0.7-s0``): the directory the ``sampled`` stage of dvc.yaml
+    names (DVC writes a value as Python does, so ``1.0`` and ``1`` are two directories)."""
+    return f"{EXTRA_DIR}/{STAGE_SAMPLED}-t{temperature}-s{seed}"
 
 
 def stage_of(parent: str, name: str) -> str:
     """The dvc.yaml stage that makes run directory ``<parent>/<name>`` (``run@chain3``,
-    ``repeat@adaspark`` for ``extra/repeat/adaspark@2``, ``heldout@adaspark``)."""
+    ``repeat@adaspark`` for ``extra/repeat/adaspark@2``, ``heldout@adaspark``,
+    ``sampled@adaspark-0.7-0`` for ``extra/sampled-t0.7-s0/adaspark``)."""
     if parent == ARMS_DIR:
         return f"{STAGE_RUN}@{name}"
     group = parent.split("/")[-1]
+    if group.startswith(f"{STAGE_SAMPLED}-t"):
+        temperature, _, seed = group.removeprefix(f"{STAGE_SAMPLED}-t").rpartition("-s")
+        return f"{STAGE_SAMPLED}@{name}-{temperature}-{seed}"
     return f"{group}@{name.split('@')[0]}" if group == STAGE_REPEAT else f"{group}@{name}"
 
 
@@ -186,10 +208,21 @@ def selection_from_params(params: Mapping[str, Any],
     dirs: dict[str, tuple[str, ...]] = {ARMS_DIR: tuple(map(str, params.get("run_arms") or ()))}
     subsets: dict[str, str | None] = {ARMS_DIR: run.get("subset")}
     caps: dict[str, int | None] = {}
+    sampling = params.get("sampling") if isinstance(params.get("sampling"), Mapping) else None
+    greedy = sampling is None or float(sampling.get("temperature") or 0.0) == 0.0
+    samplings: dict[str, Mapping[str, Any] | None] = {ARMS_DIR: None if greedy else sampling}
     for group, spec in extra.items():
         spec = spec if isinstance(spec, Mapping) else {}
         arms = tuple(map(str, spec.get("arms") or ()))
         parent = f"{EXTRA_DIR}/{group}"
+        if group == STAGE_SAMPLED:  # a parent per temperature and seed, the params' other fields
+            for t in spec.get("temperatures") or ():
+                for seed in spec.get("seeds") or ():
+                    p = sampled_parent(t, seed)
+                    dirs[p], subsets[p] = arms, spec.get("subset")
+                    samplings[p] = {**(sampling or {}), "temperature": float(t), "seed": int(seed)}
+            continue
+        samplings[parent] = samplings[ARMS_DIR]
         if group == STAGE_REPEAT:  # the repeat stage serves run.subset, entries <arm>@2
             dirs[parent], subsets[parent] = tuple(f"{a}@2" for a in arms), run.get("subset")
         else:
@@ -210,4 +243,5 @@ def selection_from_params(params: Mapping[str, Any],
     return RunSelection(
         dirs=dirs, subsets=subsets, target_file=tfile, target_sha256=tsha, drafter_file=dfile,
         drafter_sha256=dsha, cap=run.get("cap"), caps=caps, arm_drafters=arm_drafters,
+        samplings=samplings,
         preset=None if preset_name is None else str(preset_name))

@@ -36,10 +36,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from adaspark.checks import spec
+from adaspark.checks import check_group, spec
 from adaspark.decoding.tree import Tree, walk_path
 
 
@@ -59,6 +60,14 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @classmethod
+    def check(cls, raw: Any, *, partial: bool = False) -> SamplingParams:
+        """The config's ``sampling`` group checked (the one check of it: every command, the run
+        loop and the server's process read it through here); ``partial`` lets a params file
+        omit keys."""
+        got = check_group(cls, raw, "sampling", extra="refuse", partial=partial)
+        return got  # type: ignore[no-any-return]
 
 _MASK64 = (1 << 64) - 1
 

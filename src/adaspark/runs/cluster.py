@@ -60,12 +60,13 @@ Key = tuple[str, str, int, int]
 
 @dataclass(frozen=True)
 class LauncherSettings:
-    """``conf/launcher/<name>.yaml`` (``local`` or ``ray``)."""
+    """``conf/launcher/<name>.yaml`` (``local`` or ``ray``). The Ray keys' defaults are written
+    in ``conf/launcher/ray.yaml``; a local launcher leaves them unset."""
 
     name: Literal["local", "ray"] = "local"
     address: str | None = None
-    workers: int = spec(min=1, default=2)
-    node_cpus: int = spec(min=1, default=1)
+    workers: int | None = spec(min=1, default=None)
+    node_cpus: int | None = spec(min=1, default=None)
     shard: Literal["conversations", "arms"] = "conversations"
     resource: str = "adaspark_node"
     checkout: str | None = None
@@ -167,6 +168,9 @@ def _connected(launcher: LauncherSettings, log: Callable[[str], None]) -> Iterat
         return
     from ray.cluster_utils import Cluster
 
+    if launcher.workers is None or launcher.node_cpus is None:
+        raise ConfigError("launcher.workers and launcher.node_cpus are not set: a local Ray "
+                          "cluster needs both (compose launcher=ray, conf/launcher/ray.yaml)")
     log(f"ray: starting a local cluster of {launcher.workers} node(s)")
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 0, "include_dashboard": False})

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,6 @@ from adaspark.testset.subsets import SUBSETS
 
 #: ``run.order``'s choices (:mod:`adaspark.runs.order`).
 ORDERS = ("sequential", "interleaved")
-#: The protocol's reply cap (tokens): a reply that reaches it is ``looped`` (HARNESS "Caps and
-#: loops"); a run's own shorter cap (``run.cap``) makes ``cut`` replies instead.
-PROTOCOL_CAP = 8192
 
 
 class RunError(RuntimeError):
@@ -43,35 +40,50 @@ class RunMismatchError(RunError):
 
 @dataclass
 class RunSettings:
-    """The ``run`` config group (``conf/run/default.yaml``); see that file for each key. The
-    fields' metadata are their ranges and choices (:mod:`adaspark.schema`)."""
+    """The ``run`` config group (``conf/run/default.yaml``, where each key's default is written
+    and described; a field here has none). The fields' metadata are their ranges and choices
+    (:mod:`adaspark.checks`)."""
 
-    subset: str = spec(choices=tuple(SUBSETS), default="short")
-    cap: int = spec(min=1, default=128)
-    protocol_cap: int = spec(min=1, default=PROTOCOL_CAP)
-    exact: bool = False
-    host: str = "127.0.0.1"
-    port: int = spec(min=0, max=65535, default=0)
-    testset: str = "runs/testset"
-    chat_template: str | None = None
-    tool_fallback: str = spec(choices=TOOL_FALLBACKS, default="generic")
-    round_log: bool = False
-    warmup: bool = True
-    startup_timeout_s: float = spec(min=1, default=900.0)
-    request_timeout_s: float = spec(min=1, default=7200.0)
-    order: str = spec(choices=ORDERS, default="sequential")
-    groups: dict[str, list[str]] = field(default_factory=dict)
+    subset: str = spec(choices=tuple(SUBSETS))
+    cap: int = spec(min=1)
+    protocol_cap: int = spec(min=1)
+    exact: bool
+    host: str
+    port: int = spec(min=0, max=65535)
+    testset: str
+    chat_template: str | None
+    tool_fallback: str = spec(choices=TOOL_FALLBACKS)
+    round_log: bool
+    warmup: bool
+    startup_timeout_s: float = spec(min=1)
+    request_timeout_s: float = spec(min=1)
+    order: str = spec(choices=ORDERS)
+    groups: dict[str, list[str]]
 
     @classmethod
     def check(cls, section: Any) -> RunSettings:
         """The section checked against the fields' types, ranges and choices (``groups``:
-        :func:`check_groups`)."""
+        :func:`check_groups`); every key is needed (``conf/run/default.yaml`` has them all)."""
+        return cls._check(section, partial=False)  # type: ignore[return-value]
+
+    @classmethod
+    def check_keys(cls, section: Any) -> dict[str, Any]:
+        """The keys ``section`` holds, checked as :meth:`check` checks them (a params file that
+        names only some of them)."""
+        return cls._check(section, partial=True)  # type: ignore[return-value]
+
+    @classmethod
+    def _check(cls, section: Any, *, partial: bool) -> RunSettings | dict[str, Any]:
         try:
-            settings = check_group(cls, section, "run", extra="refuse")
+            settings = check_group(cls, section, "run", extra="refuse", partial=partial)
         except RunConfigError:
             raise
         except ConfigError as e:
             raise RunConfigError(str(e)) from None
+        if isinstance(settings, dict):
+            if "groups" in settings:
+                settings["groups"] = check_groups(settings["groups"])
+            return settings
         settings.groups = check_groups(settings.groups)
         return settings
 
@@ -168,5 +180,5 @@ def run_sampling(cfg: Any) -> SamplingParams | None:
     raw = cfg.get("sampling")
     if raw is None:
         return None
-    s = check_group(SamplingParams, raw, "sampling", extra="refuse")
+    s = SamplingParams.check(raw)
     return None if s.greedy else s

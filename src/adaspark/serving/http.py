@@ -66,11 +66,11 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
         headers = {"Retry-After": "1"} if e.status == 503 else None
         return JSONResponse(e.body(), status_code=e.status, headers=headers)
 
-    async def acquire() -> None:
-        """Take the engine, waiting up to ``busy_wait_s`` (longer while a cancelled decode
-        finishes its round)."""
+    async def admit(job: Job) -> None:
+        """Wait up to ``busy_wait_s`` (longer while a cancelled decode finishes its round) for
+        the service to take ``job``."""
         deadline = time.monotonic() + busy_wait_s
-        while not service.busy.acquire(blocking=False):
+        while not service.try_admit(job):
             cur = service.current
             finishing = cur is not None and cur.cancel.is_set()
             if time.monotonic() >= deadline and not finishing:
@@ -104,7 +104,6 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
         try:
             req = parse_request(decode_body(raw), service.sampling_defaults)
             prompt, fmt = service.prompt_tokens(req)
-            await acquire()
         except RequestError as e:
             return error(e)
         room = room_left(service.n_ctx, len(prompt))
@@ -118,13 +117,11 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         if req.stream:
             job.emit = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)
-        service.current = job
         try:
-            fut = loop.run_in_executor(service.executor, service.run_job, job)
-        except RuntimeError:
-            service.current = None
-            service.busy.release()
-            return error(RequestError(503, "the server is shutting down", kind="server_busy"))
+            await admit(job)
+            fut = service.start(job, loop)
+        except RequestError as e:
+            return error(e)
         fut.add_done_callback(lambda f: queue.put_nowait(("done", f)))
 
         def chunk(delta: dict[str, Any] | None, finish: str | None = None,

@@ -57,7 +57,7 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf
 
 from adaspark import paths
-from adaspark.checks import check_group, check_value, spec
+from adaspark.checks import check_value, spec
 from adaspark.config import ConfigError
 from adaspark.decoding.sampling import SamplingParams
 from adaspark.schema import ArmConfig, check_arm
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     exact = a.exact if a.exact is not None else bool(cfg.get("exact") or False)
     try:  # the params file is this process's edge: its arm is checked here, once
         arm = check_arm(arms_cfg[a.arm], f"arms.{a.arm}")
-        sampling = (check_group(SamplingParams, cfg.sampling, "sampling", extra="refuse")
+        sampling = (SamplingParams.check(cfg.sampling)
                     if cfg.get("sampling") is not None else None)
     except ConfigError as e:
         print(f"adaspark.serving.main: {a.params}: {e}", file=sys.stderr)

@@ -6,6 +6,7 @@ source) that the last streamed chunk reports in ``timings``.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import hashlib
 import json
@@ -221,13 +222,35 @@ class ArmService:
         fmt = self.caps.format if tools else "none"
         return ids, fmt
 
+    # -- admission: the busy lock is taken and released here only ------------------------------
+
+    def try_admit(self, job: Job) -> bool:
+        """Take the engine for ``job`` if it is free (it becomes :attr:`current`); False when
+        another request decodes."""
+        if not self.busy.acquire(blocking=False):
+            return False
+        self.current = job
+        return True
+
+    def start(self, job: Job, loop: asyncio.AbstractEventLoop) -> asyncio.Future[JobResult]:
+        """Decode the admitted ``job`` on the engine thread; the engine is freed when it ends
+        (:meth:`run_job`), or at once with a 503 when the executor is shut down."""
+        try:
+            return loop.run_in_executor(self.executor, self.run_job, job)
+        except RuntimeError:
+            self._free()
+            raise RequestError(503, "the server is shutting down", kind="server_busy") from None
+
+    def _free(self) -> None:
+        self.current = None
+        self.busy.release()
+
     def run_job(self, job: Job) -> JobResult:
-        """Decode one request on the engine thread; releases the busy lock when done."""
+        """Decode one admitted request on the engine thread, then free the engine."""
         try:
             return self._run(job)
         finally:
-            self.current = None
-            self.busy.release()
+            self._free()
 
     def _run(self, job: Job) -> JobResult:
         t = self.parts.target

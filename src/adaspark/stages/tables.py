@@ -35,7 +35,6 @@ from adaspark.analysis.records import Options
 from adaspark.analysis.run_selection import RunSelection, selection_from_params
 from adaspark.analysis.tables import TABLES
 from adaspark.analysis.tables.render import formatted, missing_cells, write_table
-from adaspark.checks import check_group
 from adaspark.io import write_json
 from adaspark.schema import TablesOptions
 from adaspark.stages import load_params, output_args, stage_main
@@ -45,8 +44,7 @@ def options_from_params(params: dict[str, Any]) -> Options:
     """The statistics options of the ``tables`` params section (checked by
     :class:`adaspark.schema.TablesOptions`; a missing key takes
     :mod:`adaspark.analysis.bootstrap`'s default), and the target's label."""
-    section = check_group(TablesOptions, params.get("tables") or {}, "tables", extra="refuse",
-                          partial=True)
+    section = TablesOptions.check(params.get("tables") or {})
     preset = params.get("preset")
     return Options(
         target=str((params.get("target") or {}).get("name") or "target"),

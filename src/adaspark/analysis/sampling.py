@@ -1,0 +1,201 @@
+"""The sampling block of the report (the paper's second open question, §7: decoding at
+temperature > 0): each arm of ``extra_runs.sampled`` at each temperature, beside the main runs'
+greedy replies of the same arms when they served the same subset (temperature 0).
+
+Per arm and temperature: decode tok/s (generated tokens over decode time, summed over replies,
+§4.1), tokens per round, the acceptance of drafted rows (accepted over drafted, summed) and the
+mean rows per verify (the width, from each reply's width histogram; our engine only: llama-server
+does not report its rounds). Per drafter block and temperature: AdaSpark over the block's
+llama.cpp baseline and over its own chain (geometric mean of per-reply ratios, bootstrap
+interval over conversations, :func:`adaspark.analysis.stats.compare`). Replies are paired by
+their key (set, conversation, turn, reply): every arm answers the same prompts with the same
+seed (:func:`adaspark.runs.rows.reply_seed`), so our arms' texts agree seed by seed in exact
+mode (lossless keyed sampling); llama-server draws from its own random stream, so its pair is
+the same prompt and seed, not the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from adaspark.analysis.records import (
+    BLOCKS,
+    EXTRA_DIR,
+    Options,
+    Records,
+    concat_replies,
+    read_run_meta,
+    request_summaries,
+)
+from adaspark.analysis.run_selection import STAGE_SAMPLED
+from adaspark.analysis.sections import Section, frame_cells
+from adaspark.analysis.tables.common import compare_or_none, throughput_or_none
+from adaspark.analysis.tables.render import ci_text
+from adaspark.analysis.tables.table2 import table2_acceptance_prediction
+
+TEMPERATURE = "temperature"
+METHOD = ("Each arm of extra_runs.sampled at each temperature, beside the main runs' greedy "
+          "replies of the same arms (temperature 0) when they served the same subset. Decode "
+          "tok/s as the headline (§4.1); tokens per round and rows per verify from our engine's "
+          "counts (llama-server does not report its rounds); acceptance is accepted over "
+          "drafted rows. AdaSpark's ratios are geometric means of per-reply ratios with the "
+          "bootstrap interval over conversations, replies paired by prompt and seed: our arms "
+          "sample the same text for a seed (keyed draws), llama-server draws its own.")
+ACCEPTANCE_COLUMNS = ("requests", "nodes", "head-based", "fitted", "change")
+COLUMNS = ("arm", TEMPERATURE, "replies", "decode tok/s", "tokens per round", "acceptance",
+           "rows per verify")
+
+
+def _sampling_of(run_dir: Path) -> tuple[float, int | None]:
+    """The temperature and run seed a run recorded (its fingerprint's ``sampling``; none:
+    greedy, (0, None))."""
+    sampling = read_run_meta(run_dir).get("fingerprint", {}).get("sampling")
+    if not isinstance(sampling, dict):
+        return 0.0, None
+    return float(sampling["temperature"]), int(sampling["seed"])
+
+
+def sampled_replies(records: Records) -> pd.DataFrame:
+    """Every sampled run's rows with a ``temperature`` column, and the main runs' rows of the
+    same arms at temperature 0 when they served the sampled runs' subset (else left out: another
+    subset is no pair). An arm's runs with several run seeds are its repeats (``repeat`` 1, 2,
+    ... in seed order), so the statistics average a reply's speed over its seeds
+    (:func:`adaspark.analysis.stats.arm_speeds`). Empty when no sampled run exists."""
+    parents = sorted(p for p in (records.root / EXTRA_DIR).glob(f"{STAGE_SAMPLED}-t*")
+                     if p.is_dir())
+    runs: list[tuple[float, int, Path]] = []
+    subsets = set()
+    for parent in parents:
+        for d in records.dirs(parent):
+            temperature, seed = _sampling_of(d)
+            runs.append((temperature, seed or 0, d))
+            subsets.add(records.subset_of(parent))
+    frames, arms = [], set()
+    seeds = sorted({s for _, s, _ in runs})
+    for temperature, seed, d in runs:
+        f = concat_replies([d])
+        if f.empty:
+            continue
+        f[TEMPERATURE] = temperature
+        f["repeat"] = seeds.index(seed) + 1
+        frames.append(f)
+        arms.add(d.name)
+    if not frames:
+        return pd.DataFrame(columns=[*COLUMNS])
+    if len(subsets) == 1 and records.main_dirs and records.main_subset in subsets:
+        main = [d for d in records.main_dirs if d.name in arms and _sampling_of(d)[0] == 0.0]
+        if main:
+            f = concat_replies(main)
+            f[TEMPERATURE] = 0.0
+            frames.insert(0, f)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _width_mean(timings: pd.Series) -> float:
+    """Mean rows per verify over replies' width histograms (``timings.widths``), or NaN."""
+    rows = rounds = 0
+    for t in timings:
+        try:
+            widths = json.loads(t).get("widths") or {}
+        except (TypeError, ValueError, AttributeError):
+            continue
+        rows += sum(int(w) * int(n) for w, n in widths.items())
+        rounds += sum(int(n) for n in widths.values())
+    return rows / rounds if rounds else math.nan
+
+
+def sampling_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm and temperature (:data:`COLUMNS`), from :func:`sampled_replies`."""
+    rows: list[dict[str, Any]] = []
+    for (arm, temp), g in frame.groupby(["arm", TEMPERATURE], sort=False):
+        t = throughput_or_none(g, str(arm))
+        rounds = pd.to_numeric(g.get("server_rounds"), errors="coerce").sum(min_count=1)
+        drafted = pd.to_numeric(g.get("server_drafted"), errors="coerce").sum()
+        accepted = pd.to_numeric(g.get("server_accepted"), errors="coerce").sum()
+        rows.append({
+            "arm": str(arm), TEMPERATURE: float(temp),
+            "replies": None if t is None else t.n_replies,
+            "decode tok/s": None if t is None else t.tokens_per_s,
+            "tokens per round": (g["completion_tokens"].sum() / rounds
+                                 if rounds and not math.isnan(rounds) else None),
+            "acceptance": accepted / drafted if drafted else None,
+            "rows per verify": (_width_mean(g["timings"]) if "timings" in g
+                                and g["engine"].eq("ours").all() else None),
+        })
+    out = pd.DataFrame(rows, columns=list(COLUMNS)).sort_values(
+        ["arm", TEMPERATURE], kind="stable", ignore_index=True)
+    out.attrs["formats"] = {TEMPERATURE: "{:g}", "decode tok/s": "{:.1f}",
+                            "tokens per round": "{:.2f}", "acceptance": "{:.2f}",
+                            "rows per verify": "{:.2f}", "replies": "{:,.0f}"}
+    return out
+
+
+def sampling_ratios(frame: pd.DataFrame, options: Options) -> pd.DataFrame:
+    """Per drafter block and temperature: AdaSpark over the block's llama.cpp baseline and over
+    its own chain, paired by reply key (geometric mean, bootstrap over conversations)."""
+    rows = []
+    for temp, g in frame.groupby(TEMPERATURE, sort=True):
+        for b in BLOCKS:
+            over_llama = compare_or_none(g, b.adaspark, b.llamacpp, options)
+            over_chain = compare_or_none(g, b.adaspark, b.chain, options)
+            if over_llama is None and over_chain is None:
+                continue
+            rows.append({
+                "drafter": b.kind, TEMPERATURE: float(temp),
+                "AdaSpark / llama.cpp": None if over_llama is None
+                else ci_text(over_llama.ratio, over_llama.lo, over_llama.hi),
+                "AdaSpark / own chain": None if over_chain is None
+                else ci_text(over_chain.ratio, over_chain.lo, over_chain.hi),
+            })
+    out = pd.DataFrame(rows, columns=["drafter", TEMPERATURE, "AdaSpark / llama.cpp",
+                                      "AdaSpark / own chain"])
+    out.attrs["formats"] = {TEMPERATURE: "{:g}"}
+    return out
+
+
+def acceptance_prediction(frame: pd.DataFrame, target: str) -> pd.DataFrame:
+    """Table 2's comparison (§3.3) per AdaSpark arm and temperature: the fitted acceptance model
+    against the head-based estimate, log loss per labelled node, scored before either learned
+    (:func:`adaspark.analysis.tables.table2.table2_acceptance_prediction`, over the first run
+    seed's requests). Under sampling a node's label is the verify's outcome (accepted when its
+    token is the one drawn at its parent's row), so the same model and scores apply; its
+    features stay those known before the verify (the target's probability of a candidate is
+    known only after it)."""
+    rows = []
+    for b in BLOCKS:
+        for temp, g in frame[frame["arm"] == b.adaspark].groupby(TEMPERATURE, sort=True):
+            summaries = request_summaries(g[g["repeat"] == g["repeat"].min()])
+            if summaries.empty:
+                continue
+            t2 = table2_acceptance_prediction(summaries, target).iloc[0]
+            rows.append({"arm": b.adaspark, TEMPERATURE: float(temp),
+                         **{c: t2[c] for c in ACCEPTANCE_COLUMNS}})
+    out = pd.DataFrame(rows, columns=["arm", TEMPERATURE, *ACCEPTANCE_COLUMNS])
+    out.attrs["formats"] = {TEMPERATURE: "{:g}", "requests": "{:,.0f}", "nodes": "{:,.0f}",
+                            "head-based": "{:.4f}", "fitted": "{:.4f}", "change": "{:+.1%}"}
+    return out
+
+
+def sampling_section(records: Records, options: Options) -> Section:
+    """The report's sampling block (empty runs: a line naming the preset that fills it)."""
+    sec = Section("Sampling at temperature > 0 (not a table of the paper)")
+    frame = sampled_replies(records)
+    if frame.empty:
+        return sec.p("No sampled run in this preset: `dvc exp run -S preset=sampling` runs "
+                     "the draft-model and DSpark blocks' arms at temperatures 0.7 and 1.0 "
+                     "(extra_runs.sampled).")
+    sec.p(METHOD)
+    sec.tables(("Arms by temperature", *frame_cells(sampling_table(frame))))
+    ratios = sampling_ratios(frame, options)
+    if not ratios.empty:
+        sec.tables(("AdaSpark by temperature", *frame_cells(ratios)))
+    prediction = acceptance_prediction(frame, options.target)
+    if not prediction.empty:
+        sec.tables(("Acceptance prediction by temperature (Table 2's comparison)",
+                    *frame_cells(prediction)))
+    return sec
