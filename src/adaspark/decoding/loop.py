@@ -46,7 +46,7 @@ from adaspark.decoding.round import (
     WidthRule,
     room_left,
 )
-from adaspark.decoding.sampling import SamplingParams, sample_token
+from adaspark.decoding.sampling import SamplingParams, keyed_draws
 from adaspark.decoding.tree import Tree
 
 
@@ -313,9 +313,8 @@ class EngineWorld:
         s = self.sampling
         if s is None or s.greedy:
             return None
-        logits = self.target.logits(tree.n_rows)  # valid until the next decode
-        first, depths = len(self.target.committed), tree.depths()
-        return lambda r: sample_token(logits[r], s, first + depths[r])
+        return keyed_draws(self.target.logits(tree.n_rows),  # valid until the next decode
+                           s, len(self.target.committed), tree.depths())
 
 
 def decode(target: Target, session: RequestSession, max_tokens: int,

@@ -142,6 +142,15 @@ def sample_token(logits: np.ndarray, params: SamplingParams, position: int) -> i
     return int(ids[order][draw(p[order], keyed_uniform(params.seed, position))])
 
 
+def keyed_draws(logits: np.ndarray, params: SamplingParams, first_position: int,
+                depths: Sequence[int]) -> Callable[[int], int]:
+    """The target's token at each row of a verify under sampling: row ``r`` (at depth
+    ``depths[r]``) draws text position ``first_position + depths[r]`` from its row of ``logits``
+    (:func:`sample_token`; :func:`verify_sampled` states why this is lossless). The engine's
+    rounds and the replay's labels draw through here."""
+    return lambda r: sample_token(logits[r], params, first_position + depths[r])
+
+
 def draw(probs: np.ndarray, u: float) -> int:
     """The token at ``u`` of ``probs``'s cumulative distribution, in token-id order."""
     cum = np.cumsum(probs)

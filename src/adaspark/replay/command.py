@@ -30,6 +30,7 @@ import numpy as np
 from adaspark import io
 from adaspark.config import ConfigError, compose
 from adaspark.decoding.round_trace import TRACE_DIR, RequestTrace, read_traces, write_request
+from adaspark.decoding.sampling import SamplingParams
 from adaspark.replay.check import check_replay
 from adaspark.replay.labels import (
     LabelsTooShort,
@@ -103,6 +104,24 @@ def labels_identity(models: dict[str, Any], drafter_cfg: Any, block_positions: i
         "llama_patches": build.get("llama_patches"),
         "libllama_sha256": build.get("libllama_sha256"),
     }
+
+
+def traces_sampling(traces: list[RequestTrace]
+                    ) -> tuple[dict[str, Any] | None, dict[str, int] | None]:
+    """A run's sampling from its traces (each request's ``meta.sampling``, its own seed): the
+    fields but the seed, shared by every request, and each prompt's seed; (None, None) for a
+    greedy run. A run whose requests were sampled differently is refused."""
+    samplings = [t.meta.get("sampling") for t in traces]
+    if all(s is None for s in samplings):
+        return None, None
+    if any(s is None for s in samplings):
+        raise ConfigError("the run's traces mix greedy and sampled requests: replay one kind")
+    fields = [{k: v for k, v in s.items() if k != "seed"} for s in samplings]
+    if any(f != fields[0] for f in fields):
+        raise ConfigError("the run's requests were sampled with different temperatures or "
+                          "cuts: replay a run of one sampling")
+    return fields[0], {prompt_key(t.prompt): int(s["seed"])
+                       for t, s in zip(traces, samplings, strict=True)}
 
 
 def _check_models(traces: list[RequestTrace], models: dict[str, Any], parts: tuple[str, ...]
@@ -266,7 +285,10 @@ class Labeller:
     label instead, naming the stage to rerun."""
 
     def __init__(self, cfg: Any, arm: Any, root: Path, *, engine: bool = True,
-                 restart: bool = False, log: Any = None) -> None:
+                 restart: bool = False, log: Any = None,
+                 sampling: dict[str, Any] | None = None) -> None:
+        """``sampling``: the sampled run's fields but the seed (:func:`run_sampling`), for the
+        labels of a sampled run's replies (each drawn with its reply's seed, :meth:`labels`)."""
         from adaspark import model_files
         from adaspark.arms import make_arm_rule
         from adaspark.schema import arm_view, drafter_config, scheduler_mapping, target_config
@@ -297,6 +319,10 @@ class Labeller:
         self.identity = labels_identity(self.models, dcfg, self.block_positions, self.drafted)
         name = (f"{self.view.drafter.name}-{self.identity['drafter_sha256'][:8]}"
                 if self.drafted else "no-drafter")
+        self.sampling = sampling
+        if sampling is not None:  # a sampled run's labels: a store of their own
+            self.identity["sampling"] = dict(sampling)
+            name += "-t{temperature:g}-k{top_k}-p{top_p:g}-m{min_p:g}".format(**sampling)
         self.store = LabelStore(root / name, self.identity, restart=restart)
         self.spent = 0.0
         self.spent_by_part: dict[str, float] = {}  # label_jointly: target and drafter seconds
@@ -353,8 +379,18 @@ class Labeller:
         return self.guest[1]
 
     def labels(self, wants: list[tuple[list[int], int]],
-               texts: dict[str, list[int]] | None = None) -> dict[str, PromptLabels]:
-        return label_jointly([self], [wants], log=self.say, texts=texts)[0]
+               texts: dict[str, list[int]] | None = None,
+               seeds: dict[str, int] | None = None) -> dict[str, PromptLabels]:
+        """The labels of ``wants`` (``(prompt, positions)``); ``seeds``: a sampled run's seed of
+        each prompt (by :func:`~adaspark.replay.labels.prompt_key`)."""
+        return label_jointly([self], [wants], log=self.say, texts=texts, seeds=seeds)[0]
+
+    def sampling_of(self, prompt: list[int]) -> SamplingParams | None:
+        """The sampling a prompt's labels are drawn with (None: greedy)."""
+        seed = self.store.seed_of(prompt)
+        if self.sampling is None or seed is None:
+            return None
+        return SamplingParams(**self.sampling, seed=seed)
 
     def _close_guest(self) -> None:
         if self.guest is not None:
@@ -386,16 +422,23 @@ def joint_groups(labellers: list[Labeller]) -> list[list[Labeller]]:
 
 
 def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], int]]],
-                  log: Any = None, texts: dict[str, list[int]] | None = None
-                  ) -> list[dict[str, PromptLabels]]:
+                  log: Any = None, texts: dict[str, list[int]] | None = None,
+                  seeds: dict[str, int] | None = None) -> list[dict[str, PromptLabels]]:
     """Each labeller's labels over its ``wants`` (``(prompt, n)``), made in one pass of the
     target per prompt for all the labellers that need that prompt
     (:func:`~adaspark.replay.labels.label_prompt_jointly`). The labellers must share a target
     (:func:`joint_groups`); the first loads it. Each labeller's ``spent`` gets the whole pass's
     time (the passes are shared, not split). ``texts``: each prompt's reply where known (by
     :func:`~adaspark.replay.labels.prompt_key`), verified in wide chains instead of one row
-    per position."""
+    per position. ``seeds``: a sampled run's seed of each prompt (the labellers then share its
+    sampling: :class:`Labeller`'s ``sampling``)."""
     lead = labellers[0]
+    if seeds:
+        if any(o.sampling != lead.sampling or o.sampling is None for o in labellers):
+            raise ConfigError("labels of a sampled run need every labeller made with the run's "
+                              "sampling (Labeller(sampling=...))")
+        for o in labellers:
+            o.store.seeds = dict(seeds)
     if joint_groups(labellers) != [labellers]:
         raise ConfigError("these labellers cannot share one pass of the target (another target, "
                           "or a second drafter reading the target): group them with "
@@ -406,7 +449,8 @@ def label_jointly(labellers: list[Labeller], wants: list[list[tuple[list[int], i
         drafters = [(labellers[j].drafter_on(parts.target), labellers[j].block_positions
                      if labellers[j].drafted else 0) for j in which]
         return label_prompt_jointly(parts.target, drafters, prompt, n,
-                                    (texts or {}).get(prompt_key(prompt), ()))
+                                    (texts or {}).get(prompt_key(prompt), ()),
+                                    lead.sampling_of(prompt))
 
     made: dict[int, list[PromptLabels]] = {}
 
@@ -494,7 +538,8 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
         max_rows = min(pricer.model.max_rows, max_rows)
 
     # labels: from the store beside the run, else on the engine in exact mode
-    labeller = Labeller(cfg, arm, label_root, engine=engine, log=say)
+    sampling, seeds = traces_sampling(traces)
+    labeller = Labeller(cfg, arm, label_root, engine=engine, log=say, sampling=sampling)
     pricer = pricer.for_drafter(labeller.identity.get("drafter_kind") if labeller.drafted
                                 else None)
     labels_of: dict[str, PromptLabels] = {}
@@ -504,7 +549,8 @@ def replay_arm(cfg: Any, arm: Any, run_dir: Path, *, device: str = "recorded",
         want = {t.seq: labeller.positions(t) for t in traces}
         for _attempt in range(MAX_RELABELS):
             labels_of = labeller.labels([(t.prompt, want[t.seq]) for t in traces],
-                                        {prompt_key(t.prompt): t.tokens for t in traces})
+                                        {prompt_key(t.prompt): t.tokens for t in traces},
+                                        seeds)
             try:
                 replies = replay_all(arm, scheduler_mapping(labeller.view), traces, labels_of,
                                      pricer.fresh(), out_dir, max_rows)

@@ -17,6 +17,12 @@ anchor can sit at (the prompt's last token, then every generated token):
 Nothing else a width rule reads comes from the engine: n-gram candidates come from the rule's own
 index over the committed text, and times from a device model (:mod:`adaspark.replay.prices`).
 
+Under sampling (:mod:`adaspark.decoding.sampling`) the same holds with the target's draw in place
+of its argmax: each position's token is drawn from the target's row with a uniform keyed by
+(seed, position), whatever tree reached it, so ``next`` is the sampled reply's next token and a
+node is accepted exactly when its path is that text. A sampled prompt's labels are made with the
+reply's own seed and named by it (:func:`label_key`), so two seeds never share a file.
+
 Labels are made in exact mode (the target's argmax is then plain greedy decoding's, the same for
 every lossless arm), one position per round: a one-row verify after drafting the full block. One
 Parquet file per prompt (:data:`SCHEMA`, one row per anchor), written atomically when the prompt
@@ -43,6 +49,7 @@ from adaspark import io
 from adaspark.config import ConfigError
 from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.round import room_left
+from adaspark.decoding.sampling import SamplingParams, keyed_draws
 from adaspark.decoding.tree import chain_tree
 
 META_FILE = "meta.json"
@@ -77,6 +84,12 @@ def prompt_key(prompt: list[int]) -> str:
     return hashlib.sha256(np.asarray(prompt, dtype=np.int64).tobytes()).hexdigest()[:16]
 
 
+def label_key(prompt: list[int], seed: int | None = None) -> str:
+    """The file name of a prompt's labels: :func:`prompt_key`, and the sampling seed they were
+    drawn with (none: greedy)."""
+    return prompt_key(prompt) if seed is None else f"{prompt_key(prompt)}-s{int(seed)}"
+
+
 @dataclass
 class PromptLabels:
     """One prompt's labels: row ``i`` is anchor position ``start + i`` (``start`` is the prompt's
@@ -89,6 +102,8 @@ class PromptLabels:
     blocks: np.ndarray
     probs: np.ndarray
     confidence: np.ndarray
+    #: the sampling seed the labels were drawn with (None: greedy decoding's argmax)
+    seed: int | None = None
     #: Seconds the labelling pass spent, by part (``target``: its prefill and one-row verifies;
     #: ``drafter``: this drafter's blocks); not stored, zero for labels read from a file.
     seconds: dict[str, float] = field(default_factory=dict, compare=False)
@@ -162,7 +177,7 @@ def write_labels(path: Path, lab: PromptLabels, identity: dict[str, Any] | None 
     }, schema=SCHEMA)
     shape = [int(x) for x in lab.blocks.shape[1:]] if B else [0, 0]
     head = {"prompt": [int(t) for t in lab.prompt], "block_shape": shape,
-            "prompt_sha256": prompt_key(lab.prompt),
+            "prompt_sha256": prompt_key(lab.prompt), "seed": lab.seed,
             "identity": None if identity is None else json.loads(json.dumps(identity,
                                                                             default=str))}
     return io.write_parquet(path, table.replace_schema_metadata(
@@ -197,7 +212,8 @@ def read_labels(path: Path) -> PromptLabels:
         probs = np.zeros((n, 0, 0))
         conf = np.zeros((n, 0))
     return PromptLabels(head["prompt"], np.asarray(cols["next"], dtype=np.int64),
-                        np.asarray(cols["next_eog"], dtype=bool), blocks, probs, conf)
+                        np.asarray(cols["next_eog"], dtype=bool), blocks, probs, conf,
+                        seed=head.get("seed"))
 
 
 class LabelStore:
@@ -206,9 +222,12 @@ class LabelStore:
     def __init__(self, directory: Path, identity: dict[str, Any], *,
                  restart: bool = False) -> None:
         """``restart``: labels made with another identity are deleted (the labels stage's
-        ``--on-mismatch restart``, as DVC reruns a stage); else they are refused."""
+        ``--on-mismatch restart``, as DVC reruns a stage); else they are refused. A sampled
+        store's identity holds the sampling fields but the seed; :attr:`seeds` gives each
+        prompt's (by :func:`prompt_key`), and the file is named by both (:func:`label_key`)."""
         self.dir = Path(directory)
         self.identity = identity
+        self.seeds: dict[str, int] = {}
         meta = self.dir / META_FILE
         if meta.is_file():
             have = json.loads(meta.read_text(encoding="utf-8"))
@@ -224,8 +243,11 @@ class LabelStore:
                     "labels of two models or builds are never mixed: remove that directory "
                     "to label again with this one")
 
+    def seed_of(self, prompt: list[int]) -> int | None:
+        return self.seeds.get(prompt_key(prompt))
+
     def path(self, prompt: list[int]) -> Path:
-        return self.dir / f"{prompt_key(prompt)}.parquet"
+        return self.dir / f"{label_key(prompt, self.seed_of(prompt))}.parquet"
 
     def get(self, prompt: list[int]) -> PromptLabels | None:
         """The prompt's labels, or None; a file made for another prompt (a file renamed or
@@ -245,9 +267,15 @@ class LabelStore:
         if head.get("identity") is not None and head["identity"] != mine:
             raise LabelsError(f"{p} was labelled with another target, drafter or build than "
                               f"its directory's {META_FILE}: remove it and label again")
+        if head.get("seed") != self.seed_of(prompt):
+            raise LabelsError(f"{p} was drawn with seed {head.get('seed')}, not this reply's "
+                              f"{self.seed_of(prompt)}: remove it and label again")
         return read_labels(p)
 
     def put(self, lab: PromptLabels) -> None:
+        if lab.seed != self.seed_of(lab.prompt):
+            raise LabelsError(f"labels drawn with seed {lab.seed} are not prompt {lab.key}'s "
+                              f"(seed {self.seed_of(lab.prompt)}) in {self.dir}")
         self.dir.mkdir(parents=True, exist_ok=True)
         meta = self.dir / META_FILE
         if not meta.is_file():
@@ -259,7 +287,8 @@ class LabelStore:
 
 
 def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], prompt: list[int],
-                         n: int, text: Sequence[int] = ()) -> list[PromptLabels]:
+                         n: int, text: Sequence[int] = (),
+                         sampling: SamplingParams | None = None) -> list[PromptLabels]:
     """Label ``n`` anchor positions after ``prompt`` on the engine for several drafters in one
     pass of the target: per position each drafter's full block (``drafters``: ``(drafter,
     B)``, a drafter of None drafts nothing) and the target's greedy token there (the label).
@@ -276,7 +305,12 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
     drafter's features, injected one position at a time as the labels need them) are those of
     one-row verifies. Where the target's argmax leaves ``text`` (not the target's greedy text),
     the rest of ``text`` is dropped and the labels go on one row at a time, as they do past
-    its end."""
+    its end.
+
+    ``sampling``: the reply's sampling (its own seed), for a sampled reply: each position's
+    label is the target's keyed draw there (:func:`adaspark.decoding.sampling.keyed_draws`),
+    ``text`` verified as a chain through the engine's verify and commit."""
+    sampled = sampling is not None and not sampling.greedy
     t0 = time.perf_counter()
     target.prefill(prompt)
     target_s = time.perf_counter() - t0
@@ -328,7 +362,14 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
                                                          room(committed)))]
             rows.clear()
             t0 = time.perf_counter()
-            if ahead:
+            if sampled:
+                assert sampling is not None
+                tree = chain_tree(int(committed[-1]), ahead)
+                res = target.verify(tree)
+                new = list(target.commit(res, keyed_draws(
+                    target.logits(tree.n_rows), sampling, len(committed),
+                    tree.depths())).tokens)
+            elif ahead:
                 new = list(target.follow(ahead).tokens)
             else:
                 new = list(target.commit(target.verify(chain_tree(int(committed[-1]),
@@ -362,6 +403,7 @@ def label_prompt_jointly(target: Any, drafters: Sequence[tuple[Any, int]], promp
             np.zeros((m, 0, 0), dtype=np.int64),
             np.asarray(probs, dtype=np.float64).reshape(m, B, K) if B else np.zeros((m, 0, 0)),
             np.asarray(conf, dtype=np.float64).reshape(m, B) if B else np.zeros((m, 0)),
+            seed=sampling.seed if sampled and sampling is not None else None,
             seconds={"target": target_s, "drafter": d_s}))
     return out
 

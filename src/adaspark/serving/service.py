@@ -314,7 +314,9 @@ class ArmService:
             exact=self.exact, rounds=[round_trace.TraceRow.of(o) for o in gen.records],
             meta={"arm": self.arm["name"], "models": self.parts.models,
                   "block_positions": self.parts.block_positions,
-                  "max_rows": self.parts.target.max_rows, "n_ctx": self.n_ctx}))
+                  "max_rows": self.parts.target.max_rows, "n_ctx": self.n_ctx,
+                  # the request's own sampling (its seed): what a replay draws its labels with
+                  "sampling": None if gen.sampling is None else asdict(gen.sampling)}))
 
     def _timings(self, gen: RequestSession, finished: bool, n_prompt: int,
                  stop: str) -> dict[str, Any]:

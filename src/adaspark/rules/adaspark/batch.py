@@ -1,0 +1,165 @@
+"""One verify step shared by several requests (the paper's third open question, §7): the step's
+cost law and the division of its rows between the requests (§3.4's argument applied to a batch).
+
+**The law** (:class:`BatchCostLaw`). A step verifies ``R = sum_i r_i`` rows, request ``i``'s
+``r_i`` rows reading its context of ``c_i`` tokens::
+
+    t(R, X) = t0 + slope * max(0, R - knee) + per_context * X,    X = sum_i r_i * c_i
+
+Why this shape: a verify on a device that is bound by reading the weights costs about the same
+for one row as for many, until the matrix products become bound by arithmetic (the knee); past
+it each row adds its share of arithmetic (the slope). The attention reads each row's context, a
+cost that grows with rows times context (``X``). ``t0`` is the step's fixed cost (weights read
+once, launch, sampling). On this CPU the knee sits near a handful of rows; on a GPU at tens to
+hundreds. :meth:`BatchCostLaw.fit` fits it to recorded steps: least squares for
+``(t0, slope, per_context)`` at each candidate knee, keeping the knee of least residual (a hinge
+regression), with the three coefficients held non-negative.
+
+**The division** (:func:`divide_rows`). Each request offers the expected committed tokens its
+next rows add, best first (its best-first order and fitted acceptance: the gains decrease), and a
+cap on its rows (its share of the sequence budget, HARNESS). Every request's anchor row is taken.
+For a price ``rho`` in tokens per second the step's value is ``sum_i E_i(r_i) - rho * t(R, X)``;
+its gains are concave in each ``r_i`` and its cost convex in ``R`` and linear in ``X``, so taking
+rows one at a time by ``gain - rho * per_context * c_i`` while the next one still pays for its
+cost at the current ``R`` is exact. With ``rho`` the long-run rate (§3.4: a row must pay at the
+rate the run earns) one pass decides; without one, Dinkelbach's iteration (``rho`` <- the step's
+own tokens per second at the last division, until it stops rising) finds the division of the
+highest tokens per second of the step. Past the knee each row costs ``rho * slope`` more, so the
+division narrows as the batch grows (the test's known answer).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatchCostLaw:
+    """``t(R, X) = t0 + slope * max(0, R - knee) + per_context * X`` in seconds (module
+    docstring)."""
+
+    t0: float
+    slope: float
+    knee: int
+    per_context: float = 0.0
+
+    def time(self, rows: Sequence[int], contexts: Sequence[int]) -> float:
+        """The step's time for ``rows[i]`` rows of request ``i`` at context ``contexts[i]``."""
+        total = int(sum(rows))
+        x = float(sum(r * c for r, c in zip(rows, contexts, strict=True)))
+        return self.t0 + self.slope * max(0, total - self.knee) + self.per_context * x
+
+    @classmethod
+    def fit(cls, rows: Sequence[Sequence[int]], contexts: Sequence[Sequence[int]],
+            seconds: Sequence[float], knees: Sequence[int] | None = None) -> BatchCostLaw:
+        """The law of least squared error over recorded steps (each step's rows per request,
+        contexts per request and measured seconds), the knee searched over ``knees`` (default:
+        every total row count seen)."""
+        if len(seconds) < 3:
+            raise ValueError(f"a batch cost law needs at least 3 recorded steps, got "
+                             f"{len(seconds)}")
+        totals = np.array([sum(r) for r in rows], dtype=float)
+        x = np.array([sum(a * c for a, c in zip(r, cs, strict=True))
+                      for r, cs in zip(rows, contexts, strict=True)], dtype=float)
+        y = np.asarray(seconds, dtype=float)
+        best: tuple[float, BatchCostLaw] | None = None
+        for knee in sorted(set(knees if knees is not None else totals.astype(int).tolist())):
+            design = np.column_stack([np.ones_like(y), np.maximum(totals - knee, 0.0), x])
+            coef = _nonnegative_lstsq(design, y)
+            err = float(np.sum((design @ coef - y) ** 2))
+            if best is None or err < best[0] - 1e-15:
+                best = (err, cls(float(coef[0]), float(coef[1]), int(knee), float(coef[2])))
+        assert best is not None
+        return best[1]
+
+
+def _nonnegative_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0: the unconstrained fit, then the columns whose
+    coefficient came out negative dropped (one at a time, the most negative first)."""
+    keep = list(range(a.shape[1]))
+    while True:
+        coef = np.zeros(a.shape[1])
+        if keep:
+            coef[keep] = np.linalg.lstsq(a[:, keep], y, rcond=None)[0]
+        negative = [j for j in keep if coef[j] < 0.0]
+        if not negative:
+            return coef
+        keep.remove(min(negative, key=lambda j: coef[j]))
+
+
+@dataclass(frozen=True)
+class Division:
+    """Rows per request (anchor included), the step's expected committed tokens and its
+    predicted seconds under the law, and the price ``rho`` the division was made at."""
+
+    rows: tuple[int, ...]
+    tokens: float
+    seconds: float
+    rho: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
+
+
+def _divide_at(gains: Sequence[Sequence[float]], caps: Sequence[int], contexts: Sequence[int],
+               law: BatchCostLaw, rho: float, max_rows: int | None) -> tuple[int, ...]:
+    """The rows per request of the largest ``sum E - rho * t`` (module docstring): anchors,
+    then rows by ``gain - rho * per_context * context`` while each pays at the current total."""
+    rows = [1] * len(gains)
+    total = len(gains)
+    offers = sorted(
+        ((g - rho * law.per_context * contexts[i], i)
+         for i, request in enumerate(gains) for g in request[:max(0, caps[i] - 1)]),
+        key=lambda o: -o[0])
+    for value, i in offers:
+        if max_rows is not None and total >= max_rows:
+            break
+        knee_cost = rho * law.slope if total >= law.knee else 0.0
+        if value - knee_cost <= 0.0:
+            break  # offers are sorted, and the knee's cost only grows with the total
+        rows[i] += 1
+        total += 1
+    return tuple(rows)
+
+
+def divide_rows(gains: Sequence[Sequence[float]], caps: Sequence[int], contexts: Sequence[int],
+                law: BatchCostLaw, *, rho: float | None = None, max_rows: int | None = None,
+                anchor_tokens: float = 1.0, max_iterations: int = 50) -> Division:
+    """Divide a step's rows between requests (module docstring).
+
+    ``gains[i]``: the expected committed tokens request ``i``'s 2nd, 3rd, ... rows add (non-
+    increasing); ``caps[i]``: its most rows (anchor included, >= 1); ``contexts[i]``: its context
+    in tokens; ``anchor_tokens``: each request's tokens from its anchor row alone (one: the
+    target's token after the accepted path). ``rho``: the long-run rate in tokens per second
+    (one pass), or None for the division of the step's highest tokens per second (Dinkelbach).
+    ``max_rows``: the step's row budget (exact mode: 63 in all, HARNESS)."""
+    n = len(gains)
+    if not (n == len(caps) == len(contexts)) or n == 0:
+        raise ValueError("gains, caps and contexts need one entry per request, at least one")
+    if any(c < 1 for c in caps):
+        raise ValueError(f"every request's cap must be at least 1 row (its anchor), got {caps}")
+    if max_rows is not None and max_rows < n:
+        raise ValueError(f"a step of {n} requests needs at least {n} rows, max_rows={max_rows}")
+    for i, g in enumerate(gains):
+        if any(b > a + 1e-12 for a, b in itertools.pairwise(g)):
+            raise ValueError(f"request {i}'s gains must not increase (best first): {list(g)}")
+
+    def evaluate(rows: tuple[int, ...], at: float) -> Division:
+        tokens = n * anchor_tokens + sum(sum(gains[i][:r - 1]) for i, r in enumerate(rows))
+        return Division(rows, tokens, law.time(rows, contexts), at)
+
+    if rho is not None:
+        return evaluate(_divide_at(gains, caps, contexts, law, rho, max_rows), rho)
+    current = evaluate(tuple([1] * n), 0.0)
+    price = current.tokens_per_s
+    for _ in range(max_iterations):
+        nxt = evaluate(_divide_at(gains, caps, contexts, law, price, max_rows), price)
+        if nxt.tokens_per_s <= current.tokens_per_s * (1 + 1e-12):
+            break
+        current, price = nxt, nxt.tokens_per_s
+    return current

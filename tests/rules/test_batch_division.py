@@ -1,0 +1,102 @@
+"""A verify step shared by several requests (:mod:`adaspark.rules.adaspark.batch`): the division
+of rows against brute force, the knee law's known answers (narrower past the knee as the batch
+grows), the context term, the row budget, and the law's fit recovering a known law."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from adaspark.rules.adaspark.batch import BatchCostLaw, divide_rows
+
+GAINS = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]  # a request's 2nd, 3rd, ... rows
+KNEE = BatchCostLaw(t0=0.010, slope=0.002, knee=8)  # rows free up to 8, then 2 ms a row
+
+
+def _brute(gains, caps, contexts, law, rho=None, max_rows=None):
+    """The best division by enumeration: the highest tokens per second, or sum E - rho t."""
+    best = None
+    for rows in itertools.product(*(range(1, c + 1) for c in caps)):
+        if max_rows is not None and sum(rows) > max_rows:
+            continue
+        tokens = len(rows) + sum(sum(g[:r - 1]) for g, r in zip(gains, rows, strict=True))
+        t = law.time(rows, contexts)
+        value = tokens / t if rho is None else tokens - rho * t
+        if best is None or value > best[0] + 1e-12:
+            best = (value, rows)
+    return best
+
+
+@pytest.mark.parametrize("n,expected", [(1, (8,)), (2, (4, 4)), (4, (2, 2, 2, 2)),
+                                        (8, (1,) * 8)])
+def test_the_division_narrows_past_the_knee_as_the_batch_grows(n, expected):
+    d = divide_rows([GAINS] * n, [9] * n, [100] * n, KNEE)
+    assert d.rows == expected  # the knee's 8 rows shared; past it no row pays for 2 ms
+    assert d.seconds == pytest.approx(0.010)
+
+
+def test_without_a_knee_every_row_that_pays_is_taken():
+    free = BatchCostLaw(t0=0.010, slope=0.002, knee=1000)
+    assert divide_rows([GAINS] * 4, [9] * 4, [100] * 4, free).rows == (9, 9, 9, 9)
+
+
+def test_a_long_context_gets_rows_last():
+    law = BatchCostLaw(t0=0.010, slope=0.0, knee=0, per_context=2e-6)
+    d = divide_rows([GAINS, GAINS], [9, 9], [100, 8000], law)
+    assert d.rows[0] > d.rows[1]  # a row at 8,000 tokens costs 16 ms of attention
+
+
+def test_the_row_budget_holds():
+    free = BatchCostLaw(t0=0.010, slope=0.0, knee=0)
+    d = divide_rows([GAINS] * 8, [64] * 8, [100] * 8, free, max_rows=20)
+    assert sum(d.rows) == 20 and min(d.rows) >= 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_division_is_the_best_by_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4))
+    gains = [sorted(rng.uniform(0.0, 1.0, 5).tolist(), reverse=True) for _ in range(n)]
+    caps = rng.integers(1, 6, n).tolist()
+    contexts = rng.integers(10, 4000, n).tolist()
+    law = BatchCostLaw(t0=float(rng.uniform(0.005, 0.02)), slope=float(rng.uniform(0, 0.01)),
+                       knee=int(rng.integers(1, 10)), per_context=float(rng.uniform(0, 1e-6)))
+    budget = int(rng.integers(n, 12)) if seed % 3 == 0 else None
+    best_ratio, _ = _brute(gains, caps, contexts, law, max_rows=budget)
+    d = divide_rows(gains, caps, contexts, law, max_rows=budget)
+    assert d.tokens_per_s == pytest.approx(best_ratio, rel=1e-9)
+    rho = float(rng.uniform(10, 400))
+    best_value, _ = _brute(gains, caps, contexts, law, rho=rho, max_rows=budget)
+    at = divide_rows(gains, caps, contexts, law, rho=rho, max_rows=budget)
+    assert at.tokens - rho * at.seconds == pytest.approx(best_value, abs=1e-9)
+
+
+def test_the_fit_recovers_a_known_law():
+    rng = np.random.default_rng(7)
+    truth = BatchCostLaw(t0=0.012, slope=0.0015, knee=12, per_context=3e-7)
+    rows, contexts, seconds = [], [], []
+    for _ in range(200):
+        n = int(rng.integers(1, 6))
+        r = rng.integers(1, 9, n).tolist()
+        c = rng.integers(50, 3000, n).tolist()
+        rows.append(r)
+        contexts.append(c)
+        seconds.append(truth.time(r, c) * float(np.exp(rng.normal(0, 0.01))))
+    fit = BatchCostLaw.fit(rows, contexts, seconds)
+    assert fit.knee == pytest.approx(12, abs=1)
+    assert fit.t0 == pytest.approx(truth.t0, rel=0.1)
+    assert fit.slope == pytest.approx(truth.slope, rel=0.15)
+    assert fit.per_context == pytest.approx(truth.per_context, rel=0.15)
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="must not increase"):
+        divide_rows([[0.2, 0.5]], [3], [10], KNEE)
+    with pytest.raises(ValueError, match="at least 1 row"):
+        divide_rows([GAINS], [0], [10], KNEE)
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        divide_rows([GAINS, GAINS], [9, 9], [10, 10], KNEE, max_rows=1)
+    with pytest.raises(ValueError, match="at least 3 recorded steps"):
+        BatchCostLaw.fit([[1]], [[10]], [0.01])
