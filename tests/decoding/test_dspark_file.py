@@ -288,7 +288,8 @@ def complete(target: Path, tmp: Path, prompt: list[int], *, spec_type: str = "no
 
     spec = LlamaServerSpec(model=target, n_ctx=1024, threads=os.cpu_count() or 1,
                            port=free_port(), drafter=drafter,
-                           server=LlamaServerOptions(spec_type=spec_type))
+                           server=LlamaServerOptions(spec_type=spec_type, spec_draft_n_max=3,
+                                                     spec_draft_p_min=0.0))
     log = tmp / f"{spec_type}-{drafter.stem if drafter else 'ar'}.log"
     with llama_server_process(spec, log, startup_timeout_s=120) as proc:
         r = httpx.post(f"{proc.url}/completion", timeout=120, json={

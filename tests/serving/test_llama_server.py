@@ -35,6 +35,10 @@ def test_flags_name_the_speculative_defaults(tiny_cfg):
     assert info["version"].startswith("version:") and len(info["sha256"]) == 64
     with pytest.raises(ValueError, match="needs a drafter"):
         LlamaServerSpec(model=chain[2], n_ctx=8, threads=1, port=1,
+                        server=LlamaServerOptions(spec_type="draft-simple", spec_draft_n_max=3,
+                                                  spec_draft_p_min=0.0)).args()
+    with pytest.raises(ValueError, match="spec_draft_n_max is not set"):
+        LlamaServerSpec(model=chain[2], n_ctx=8, threads=1, port=1, drafter=chain[2],
                         server=LlamaServerOptions(spec_type="draft-simple")).args()
 
 

@@ -119,6 +119,11 @@ class LlamaServerSpec:
         if s.spec_type not in (None, "none"):
             if self.drafter is None:
                 raise ValueError(f"--spec-type {s.spec_type} needs a drafter file")
+            for key in ("spec_draft_n_max", "spec_draft_p_min"):
+                if getattr(s, key) is None:
+                    raise ValueError(f"server.{key} is not set: a speculative llama-server "
+                                     "names it (conf/arm/llamacpp-chain.yaml names llama.cpp's "
+                                     "defaults)")
             argv += ["--spec-type", str(s.spec_type), "--spec-draft-model", str(self.drafter),
                      "--spec-draft-n-max", str(s.spec_draft_n_max),
                      "--spec-draft-p-min", f"{s.spec_draft_p_min:g}"]
