@@ -261,3 +261,13 @@ def test_with_both_blocks_llama_cpp_dspark_names_only_the_dspark_arm(built_paper
     assert "AdaSpark over llama.cpp DSpark is" in why
     assert "AdaSpark (draft model) over llama.cpp draft-model chain (draft-simple) is" in why
 
+
+
+def test_an_arm_outside_the_blocks_is_placed_by_the_drafter_its_file_names():
+    from adaspark.analysis.records import DRAFT_MODEL_BLOCK, DSPARK_BLOCK
+    from adaspark.analysis.tables.common import block_of
+
+    assert block_of("my-rule-dspark", "dspark") is DSPARK_BLOCK  # over llamacpp-dspark
+    assert block_of("my-rule") is DRAFT_MODEL_BLOCK
+    assert block_of("chain3-dspark@2") is DSPARK_BLOCK
+    assert block_of("chain3", "dspark") is DRAFT_MODEL_BLOCK  # a block's own arm stays there

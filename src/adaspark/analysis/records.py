@@ -117,6 +117,10 @@ class DrafterBlock:
     stand_in: str = ""
     ablation: tuple[str, ...] = ()
     needs: str = ""
+    #: the drafter its arms' files name (``drafter:``, a file of conf/drafter/), None for the
+    #: composed one: another arm naming it belongs to this block (:func:`~adaspark.analysis.
+    #: tables.common.block_of`)
+    drafter: str | None = None
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -131,7 +135,7 @@ DRAFT_MODEL_BLOCK = DrafterBlock(
     "position), not the paper's DSpark", ablation=(FULLCHAIN, TREE16, COSTMODEL))
 DSPARK_BLOCK = DrafterBlock(
     "DSpark", LLAMACPP_DSPARK, "llama.cpp DSpark", CHAIN3_DSPARK, "imparo DSpark",
-    ADASPARK_DSPARK, "AdaSpark",
+    ADASPARK_DSPARK, "AdaSpark", drafter="dspark",
     needs="a DSpark drafter file for the target (this project's own for the embedded target, "
     "data/models.json `dspark-embedded`; for another target `-S drafters.dspark.path=FILE`)")
 #: The blocks in the order every output shows them. The draft-model block leads: every preset

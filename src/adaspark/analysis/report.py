@@ -88,7 +88,8 @@ OVER_BASELINE = "over the baseline"
 
 
 def arms_overview(replies: pd.DataFrame, options: Options,
-                  ar_replies: pd.DataFrame | None = None) -> pd.DataFrame:
+                  ar_replies: pd.DataFrame | None = None,
+                  drafters: dict[str, str] | None = None) -> pd.DataFrame:
     """Every arm of the main runs: decode tok/s (the headline, §4.1), its speed over its drafter
     block's llama.cpp baseline (:func:`adaspark.analysis.tables.common.block_of`: the DSpark
     block's arms over ``llamacpp-dspark``, every other arm over ``llamacpp-chain``, llama.cpp's
@@ -98,14 +99,15 @@ def arms_overview(replies: pd.DataFrame, options: Options,
     it ran); then, beside the headline, what §4.1 leaves out by design: the median time to first
     token, the end-to-end tok/s and the drafter's median prompt prefill
     (:func:`adaspark.analysis.throughput.arm_end_to_end`). Not a table of the paper: it shows the
-    extension arm (``adaspark-w1``) beside the others."""
+    extension arm (``adaspark-w1``) beside the others. ``drafters``: the drafter each arm's file
+    names (``drafter:``), which places an arm outside the paper's blocks."""
     ar = throughput_or_none(ar_replies if ar_replies is not None else replies, AR)
     arms = list(dict.fromkeys(replies["arm"].astype(str)))
     rows = []
     for arm in arms:
         t = throughput_or_none(replies, arm)
         e = end_to_end_or_none(replies, arm)
-        base = block_of(arm).llamacpp
+        base = block_of(arm, (drafters or {}).get(arm.split("@")[0])).llamacpp
         vs_llama = None if arm == base else compare_or_none(replies, arm, base, options)
         rows.append({
             "arm": arm, "runs": int(replies.loc[replies["arm"] == arm, "repeat"].nunique()),
@@ -380,7 +382,9 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
     try:
         ar, ar_subset = records.ar_replies("the report")
         replies = records.replies("the report")
-        ov = arms_overview(replies, options, ar)
+        drafters = {str(k): str(a["drafter"]) for k, a in (params.get("arms") or {}).items()
+                    if isinstance(a, dict) and a.get("drafter")}
+        ov = arms_overview(replies, options, ar, drafters)
         ext.p("Decode tok/s on the client's clock, from the first to the last streamed token "
               "(the headline, §4.1); each arm over its drafter block's llama.cpp baseline ("
               + "; ".join(f"{b.llamacpp}, {b.llamacpp_label}, for the {b.kind} block"

@@ -134,14 +134,19 @@ def shown_blocks(
     return shown, [b for b in BLOCKS if b not in shown]
 
 
-def block_of(arm: str) -> DrafterBlock:
+def block_of(arm: str, own_drafter: str | None = None) -> DrafterBlock:
     """The drafter block whose arms include ``arm`` (``adaspark@2`` is ``adaspark``'s); any
-    other arm runs the composed drafter, the draft model in every preset, so the draft-model
-    block's."""
+    other arm by the drafter its config names (``own_drafter``, the arm file's ``drafter:``):
+    the block whose AdaSpark arm names the same one, else (the composed drafter, the draft
+    model in every preset) the draft-model block."""
     base = arm.split("@")[0]
     for b in BLOCKS:
         if base in (*b.arms, *b.ablation):
             return b
+    if own_drafter is not None:
+        for b in BLOCKS:
+            if b.drafter == own_drafter:
+                return b
     return DRAFT_MODEL_BLOCK
 
 
