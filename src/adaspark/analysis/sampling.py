@@ -71,9 +71,11 @@ def sampled_replies(records: Records) -> pd.DataFrame:
     runs: list[tuple[float, int, Path]] = []
     subsets = set()
     for parent in parents:
-        for d in records.dirs(parent):
+        dirs = records.dirs(parent)
+        for d in dirs:
             temperature, seed = _sampling_of(d)
             runs.append((temperature, seed or 0, d))
+        if dirs:
             subsets.add(records.subset_of(parent))
     frames, arms = [], set()
     seeds = sorted({s for _, s, _ in runs})
