@@ -7,7 +7,9 @@ ids of every leaf below it (a node belongs to every root-to-leaf sequence throug
 prefix was shared with each leaf sequence by ``llama_memory_seq_cp``. Logits come back for every
 row. Committing copies the accepted path's cells from a leaf below it into sequence 0 and drops
 every other sequence (``llama_memory_seq_keep``), so the main sequence always spans exactly the
-committed positions.
+committed positions. A target can also be one request's part of a shared context
+(:mod:`adaspark.decoding.slots`): then its sequences are a range of the context's, and a verify's
+rows are staged (:meth:`Target.stage`) into one batch with the other requests'.
 
 Kernel modes (HARNESS "Kernels"): *fast* is llama.cpp's default CPU kernels; *exact* turns off
 weight repacking (``use_extra_bufts=False``) and the tiled matmul (``GGML_CPU_TILED_MM=0``) and
@@ -18,8 +20,6 @@ verified as a chain. The tiled-matmul switch is read once per process, so a proc
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
+from adaspark.decoding.native import (
+    EngineError,
+    _llama,
+    context_params,
+    context_record,
+    free_native,
+    load_gguf,
+    model_meta,
+    set_kernel_mode,
+)
 from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST, Tree, walk_path
 
 #: Prefill writes the KV cache in chunks that start at multiples of this many positions, and a
@@ -36,11 +46,6 @@ from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST, Tree, walk_pat
 #: 64-row chunks prefill at 72-79 tok/s, 128 at 87, 256 at 90, 512 at 86-89.
 PREFILL_CHUNK_FAST = 128
 
-_PROCESS_MODE: str | None = None
-_LOCK = threading.Lock()
-_LOG_CB = None  # keep the ctypes callback alive
-
-
 #: The committed-rows hook (issue 13): called right after a decode with the batch rows that hold
 #: committed tokens, in position order, and the position of the first (the rows' positions are
 #: consecutive). A drafter that reads the target's captured hidden states (DSpark) sets it on the
@@ -49,73 +54,10 @@ _LOG_CB = None  # keep the ctypes callback alive
 CommittedRows = Callable[[Sequence[int], int], None]
 
 
-class EngineError(RuntimeError):
-    """llama.cpp refused an operation; the message says which and what to do."""
-
-
-def _llama():
-    """Import llama_cpp lazily, so pure modules never load the shared library."""
-    import llama_cpp
-
-    return llama_cpp
-
-
 #: The scratch sequence of exact mode's padding row (:meth:`Target._decode`): the last of the
 #: target's 64, never a tree's (a tree of n rows uses sequences 1..leaves, and a one-row batch
 #: holds no tree).
 PAD_SEQ = 63
-
-
-def set_kernel_mode(exact: bool) -> str:
-    """Fix this process's kernel mode before the first matmul; refuse to switch it later."""
-    global _PROCESS_MODE
-    mode = "exact" if exact else "fast"
-    if exact:
-        from adaspark.decoding.backend import build_backend, check_exact
-
-        check_exact(True, build_backend())
-    with _LOCK:
-        if _PROCESS_MODE is None:
-            env = os.environ.get("GGML_CPU_TILED_MM")
-            if exact:
-                os.environ["GGML_CPU_TILED_MM"] = "0"
-            elif env is not None and env.strip() == "0":
-                raise EngineError(
-                    "fast mode asked for, but GGML_CPU_TILED_MM=0 is set in the environment "
-                    "(that is exact mode's kernel switch). Unset it, or pass exact=true."
-                )
-            _PROCESS_MODE = mode
-            _init_backend()
-        elif _PROCESS_MODE != mode:
-            raise EngineError(
-                f"this process already runs llama.cpp in {_PROCESS_MODE} mode; its kernel "
-                f"switch is read once per process, so {mode} mode needs a new process"
-            )
-    return mode
-
-
-def kernel_mode() -> str | None:
-    return _PROCESS_MODE
-
-
-def _init_backend() -> None:
-    global _LOG_CB
-    ll = _llama()
-    ll.llama_backend_init()
-    verbose = os.environ.get("ADASPARK_LLAMA_LOG", "") not in ("", "0")
-
-    shown = [False]
-
-    @ll.llama_log_callback
-    def _log(level, text, _user):  # type: ignore[no-untyped-def]
-        # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continues the previous line
-        show = verbose or level == 4 or (level == 5 and shown[0])
-        shown[0] = show
-        if show and text:
-            os.write(2, text)
-
-    _LOG_CB = _log
-    ll.llama_log_set(_log, ctypes.c_void_p(0))
 
 
 @dataclass
@@ -187,82 +129,6 @@ def prefill_chunks(start: int, end: int, chunk: int) -> list[tuple[int, int]]:
     if start % chunk:
         raise ValueError(f"a prefill starts at a chunk boundary, not at {start}")
     return [(a, min(a + chunk, end)) for a in range(start, end, chunk)]
-
-
-def context_record(cp, mp, *, exact: bool, n_ctx_asked: int) -> dict[str, object]:
-    """The context parameters a run records, named as llama-server's flags, so that its settings
-    and ours can be compared (issue 12, plain-decode parity; README "Plain decode parity")."""
-    ll = _llama()
-    fa = {ll.LLAMA_FLASH_ATTN_TYPE_AUTO: "auto", ll.LLAMA_FLASH_ATTN_TYPE_ENABLED: "on",
-          ll.LLAMA_FLASH_ATTN_TYPE_DISABLED: "off"}.get(cp.flash_attn_type, "?")
-    types = {ll.GGML_TYPE_F16: "f16", ll.GGML_TYPE_F32: "f32", ll.GGML_TYPE_Q8_0: "q8_0"}
-    load = {getattr(ll, f"LLAMA_LOAD_MODE_{m}"): m.lower()
-            for m in ("AUTO", "DIRECT_IO", "MLOCK", "MMAP", "MMAP_MLOCK", "NONE")}
-    return {"ctx_size": n_ctx_asked, "batch_size": int(cp.n_batch),
-            "ubatch_size": int(cp.n_ubatch), "threads": int(cp.n_threads),
-            "threads_batch": int(cp.n_threads_batch), "flash_attn": fa,
-            "cache_type_k": types.get(int(cp.type_k), str(cp.type_k)),
-            "cache_type_v": types.get(int(cp.type_v), str(cp.type_v)),
-            "n_seq_max": int(cp.n_seq_max), "kv_unified": bool(cp.kv_unified),
-            "load_mode": load.get(int(mp.load_mode), str(mp.load_mode)),
-            "repack": bool(mp.use_extra_bufts), "tiled_mm": not exact,
-            "n_gpu_layers": int(mp.n_gpu_layers)}
-
-
-def load_gguf(path: Path, *, exact: bool, what: str = "",
-              n_gpu_layers: int = 0) -> tuple[ctypes.c_void_p, object]:
-    """llama.cpp's model for ``path`` (exact mode without repacked weights) with
-    ``n_gpu_layers`` layers offloaded (0: on the CPU; -1: every layer;
-    :func:`adaspark.decoding.backend.gpu_layers` resolves the config's value) and the parameters
-    it was loaded with; ``what`` names the file in the error (e.g. "the drafter ")."""
-    ll = _llama()
-    mp = ll.llama_model_default_params()
-    mp.n_gpu_layers = n_gpu_layers
-    if exact:
-        mp.use_extra_bufts = False
-    model = ll.llama_model_load_from_file(str(path).encode(), mp)
-    if not model:
-        raise EngineError(f"llama.cpp could not load {what}{path} (not a GGUF it can read?)")
-    return model, mp
-
-
-def context_params(n_ctx: int, n_batch: int, *, n_seq_max: int, exact: bool,
-                   threads: int | None = None, kv_unified: bool = True):
-    """The context parameters every context of ours shares: one logical batch the size of the
-    micro-batch, every core (or ``threads``) for decode and batch, flash attention forced on in
-    exact mode (its kernels are the deterministic path), no perf counters."""
-    ll = _llama()
-    cp = ll.llama_context_default_params()
-    cp.n_ctx = n_ctx
-    cp.n_batch = n_batch
-    cp.n_ubatch = n_batch
-    cp.n_seq_max = n_seq_max
-    cp.kv_unified = kv_unified
-    nt = threads or os.cpu_count() or 1
-    cp.n_threads = nt
-    cp.n_threads_batch = nt
-    if exact:
-        cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    cp.no_perf = True
-    return cp
-
-
-def free_native(owner: object) -> None:
-    """Free ``owner.ctx`` then ``owner.model`` (each once; safe on a half-built owner)."""
-    ll = _llama()
-    if getattr(owner, "ctx", None):
-        ll.llama_free(owner.ctx)
-        owner.ctx = None
-    if getattr(owner, "model", None):
-        ll.llama_model_free(owner.model)
-        owner.model = None
-
-
-def model_meta(model: ctypes.c_void_p, key: str) -> str | None:
-    """A metadata value of a loaded model as text (None when the key is absent)."""
-    buf = ctypes.create_string_buffer(4096)
-    n = _llama().llama_model_meta_val_str(model, key.encode(), buf, 4096)
-    return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
 
 class Model:
@@ -403,16 +269,16 @@ class Model:
         return dt
 
     def prefill_in_chunks(self, tokens: list[int], cached: list[int], n_canonical: int,
-                          chunk: int) -> Prefill:
-        """Make sequence 0 hold exactly ``tokens``, decoded (no logits) in chunks at multiples of
-        ``chunk`` after the cells it may keep of ``cached`` (what sequence 0 holds now, of which
-        whole chunks wrote the first ``n_canonical``): see :class:`Target`, "Prefill and
+                          chunk: int, seq: int = 0) -> Prefill:
+        """Make sequence ``seq`` hold exactly ``tokens``, decoded (no logits) in chunks at
+        multiples of ``chunk`` after the cells it may keep of ``cached`` (what it holds now, of
+        which whole chunks wrote the first ``n_canonical``): see :class:`Target`, "Prefill and
         history". Returns the cells kept, the tokens decoded and the seconds spent decoding."""
         keep = reusable_prefix(common_prefix(cached, tokens), n_canonical, chunk)
-        _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
+        _llama().llama_memory_seq_rm(self.mem, seq, keep, -1)
         spent = 0.0
         for start, end in prefill_chunks(keep, len(tokens), chunk):
-            self._fill(tokens[start:end], range(start, end), [[0]] * (end - start),
+            self._fill(tokens[start:end], range(start, end), [[seq]] * (end - start),
                        [False] * (end - start))
             spent += self._decode()
             if self.on_committed_rows is not None:
@@ -484,7 +350,8 @@ class Target(Model):
     """
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, threads: int | None = None,
-                 prefill_chunk: int | None = None, plain: bool = False, n_gpu_layers: int = 0):
+                 prefill_chunk: int | None = None, plain: bool = False, n_gpu_layers: int = 0,
+                 n_seq_max: int = 64):
         if plain and exact:
             raise EngineError("a plain-decode target is a fast-mode context; exact mode keeps "
                               "its one context layout for every arm (pass plain=False)")
@@ -494,7 +361,7 @@ class Target(Model):
         # of a busy 2-core machine (0.91-1.04 per token at 3k tokens of context, tiny model,
         # interleaved): `benchmarks/plain_context.py` measures it (issue 12).
         super().__init__(path, n_ctx, exact=exact, threads=threads,
-                         n_seq_max=1 if plain else 64, kv_unified=not plain,
+                         n_seq_max=1 if plain else n_seq_max, kv_unified=not plain,
                          n_gpu_layers=n_gpu_layers)
         self.max_rows = 1 if plain else MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
         if self.n_batch < self.max_rows:
@@ -507,6 +374,14 @@ class Target(Model):
         self.n_kv = 0  # committed tokens whose cells are in sequence 0 (a prefix)
         self.n_canonical = 0  # leading cells written by whole prefill chunks (reusable)
         self._pending: tuple[Tree, list[list[int]], int] | None = None  # tree, seqs, backlog
+        # The sequences a request uses: its committed prefix in ``seq0``, a tree's leaves in
+        # ``leaf_ids``, exact mode's padding row in ``pad_seq``; a target that owns its context
+        # has them all (:mod:`adaspark.decoding.slots` divides one context between requests).
+        self.seq0 = 0
+        self.leaf_ids: Sequence[int] = range(1, PAD_SEQ)
+        self.pad_seq = PAD_SEQ
+        self.owns_context = True
+        self._out0 = 0  # this target's first output row in the last decode's logits
 
     def _decode(self) -> float:
         """One ``llama_decode``; in exact mode a one-row batch gets a padding row.
@@ -522,12 +397,12 @@ class Target(Model):
         if not self.exact or b.n_tokens != 1:
             return super()._decode()
         b.token[1], b.pos[1], b.n_seq_id[1], b.logits[1] = b.token[0], b.pos[0], 1, 0
-        b.seq_id[1][0] = PAD_SEQ
+        b.seq_id[1][0] = self.pad_seq
         b.n_tokens = 2
         try:
             return super()._decode()
         finally:
-            _llama().llama_memory_seq_rm(self.mem, PAD_SEQ, -1, -1)
+            _llama().llama_memory_seq_rm(self.mem, self.pad_seq, -1, -1)
 
     @property
     def n_past(self) -> int:
@@ -535,7 +410,12 @@ class Target(Model):
         return max(0, len(self.committed) - 1)
 
     def reset(self) -> None:
-        _llama().llama_memory_clear(self.mem, True)
+        ll = _llama()
+        if self.owns_context:
+            ll.llama_memory_clear(self.mem, True)
+        else:
+            for seq in (self.seq0, *self.leaf_ids):
+                ll.llama_memory_seq_rm(self.mem, seq, -1, -1)
         self.committed = []
         self.n_kv = 0
         self.n_canonical = 0
@@ -549,7 +429,7 @@ class Target(Model):
         for off in range(0, len(tokens), step):
             chunk = tokens[off : off + step]
             pos = range(start + off, start + off + len(chunk))
-            self._fill(chunk, pos, [[0]] * len(chunk), [False] * len(chunk))
+            self._fill(chunk, pos, [[self.seq0]] * len(chunk), [False] * len(chunk))
             spent += self._decode()
         return spent
 
@@ -568,7 +448,7 @@ class Target(Model):
         if self._pending is not None:
             self.discard()
         done = self.prefill_in_chunks(tokens[:-1], self.committed[: self.n_kv],
-                                      self.n_canonical, self.prefill_chunk)
+                                      self.n_canonical, self.prefill_chunk, self.seq0)
         self.committed = list(tokens)
         self.n_kv = len(tokens) - 1
         self.n_canonical = (len(tokens) - 1) // self.prefill_chunk * self.prefill_chunk
@@ -594,11 +474,13 @@ class Target(Model):
         self.flush()  # refuses a pending verify
         P = self.n_past
         rows = [self.committed[-1], *map(int, text)]
-        self._fill(rows, range(P, P + len(rows)), [[0]] * len(rows), [True] * len(rows))
+        self._fill(rows, range(P, P + len(rows)), [[self.seq0]] * len(rows),
+                   [True] * len(rows))
         self._decode()
+        self._out0 = 0
         argmax = self.logits(len(rows)).argmax(axis=1)
         n = next((i for i in range(1, len(rows)) if int(argmax[i - 1]) != rows[i]), len(rows))
-        _llama().llama_memory_seq_rm(self.mem, 0, P + n, -1)
+        _llama().llama_memory_seq_rm(self.mem, self.seq0, P + n, -1)
         if self.on_committed_rows is not None:
             self.on_committed_rows(list(range(n)), P)
         new = (*rows[1:n], int(argmax[n - 1]))
@@ -606,10 +488,11 @@ class Target(Model):
         self.n_kv = P + n
         return Commit(path=tuple(range(n)), tokens=new)
 
-    def verify(self, tree: Tree, *, want_gaps: bool = False,
-               want_logits: bool = False) -> VerifyResult:
-        """One forward over every row of ``tree``; the state stays pending until
-        :meth:`commit` or :meth:`discard`."""
+    def stage(self, tree: Tree) -> tuple[list[int], list[int], list[list[int]], list[bool]]:
+        """The batch rows of a verify of ``tree`` (tokens, positions, sequence ids, whether each
+        row wants logits): exact mode's backlog first, then the tree's rows, each tagged with the
+        leaves below it after the prefix was shared with each leaf's sequence. The verify is
+        pending from here until :meth:`commit` or :meth:`discard`."""
         if self._pending is not None:
             raise EngineError("a verify is pending: commit() or discard() it first")
         if not self.committed:
@@ -626,48 +509,82 @@ class Target(Model):
         depths = tree.depths()
         if P + max(depths) >= self.n_ctx:
             raise EngineError(f"context full: {P} + {max(depths) + 1} rows > n_ctx {self.n_ctx}")
-        t_build = time.perf_counter()
         if P - self.n_kv + tree.n_rows > self.max_rows:
             self.flush()  # backlog and tree together would leave the exact path's widths
         backlog = self.committed[self.n_kv : -1]
         if tree.n_rows == 1:
-            seqs: list[list[int]] = [[0]]
+            seqs: list[list[int]] = [[self.seq0]]
+            shared = [self.seq0]
         else:
             leaves = tree.leaves()
+            if len(leaves) > len(self.leaf_ids):
+                raise EngineError(f"a tree of {len(leaves)} leaves exceeds this target's "
+                                  f"{len(self.leaf_ids)} leaf sequences")
             seqs = [[] for _ in range(tree.n_rows)]
-            for k, leaf in enumerate(leaves, start=1):
+            for k, leaf in enumerate(leaves):
+                sid = self.leaf_ids[k]
                 r = leaf
                 while r != -1:
-                    seqs[r].append(k)
+                    seqs[r].append(sid)
                     r = tree.parents[r]
-                ll.llama_memory_seq_cp(self.mem, 0, k, -1, -1)
-        shared = [0, *range(1, len(seqs[0]) + 1)] if tree.n_rows > 1 else [0]
-        self._fill(backlog + list(tree.tokens), [*range(self.n_kv, P), *(P + d for d in depths)],
-                   [shared] * len(backlog) + seqs, [False] * len(backlog) + [True] * tree.n_rows)
+                ll.llama_memory_seq_cp(self.mem, self.seq0, sid, -1, -1)
+            shared = [self.seq0, *self.leaf_ids[: len(leaves)]]
         self._pending = (tree, seqs, len(backlog))
+        return (backlog + list(tree.tokens), [*range(self.n_kv, P), *(P + d for d in depths)],
+                [shared] * len(backlog) + seqs, [False] * len(backlog) + [True] * tree.n_rows)
+
+    def verify(self, tree: Tree, *, want_gaps: bool = False,
+               want_logits: bool = False) -> VerifyResult:
+        """One forward over every row of ``tree``; the state stays pending until
+        :meth:`commit` or :meth:`discard`."""
+        t_build = time.perf_counter()
+        self._fill(*self.stage(tree))
         build_s = time.perf_counter() - t_build
         try:
             dt = self._decode()
         except EngineError:
             self.discard()
             raise
-        lg = self.logits(tree.n_rows)
+        self._out0 = 0
+        res = self.result(tree.n_rows, want_gaps=want_gaps, want_logits=want_logits)
+        res.build_s, res.decode_s = build_s, dt
+        res.verify_s = time.perf_counter() - t_build
+        return res
+
+    def result(self, n_rows: int, *, want_gaps: bool = False,
+               want_logits: bool = False) -> VerifyResult:
+        """The pending verify's read-out (argmax, and gaps or logits when asked) from this
+        target's ``n_rows`` output rows of the last decode; the caller sets the times."""
+        assert self._pending is not None
+        lg = self.logits(n_rows)
         res = VerifyResult(argmax=lg.argmax(axis=1).astype(np.int64), verify_s=0.0,
-                           build_s=build_s, decode_s=dt, backlog_rows=len(backlog))
+                           backlog_rows=self._pending[2])
         if want_gaps:
             res.gap = top2_gap(lg)
         if want_logits:
             res.logits = lg.copy()
-        res.verify_s = time.perf_counter() - t_build
         return res
+
+    def logits(self, n_rows: int) -> np.ndarray:
+        """View of this target's ``n_rows`` output rows of the last decode (do not keep it)."""
+        return super().logits(self._out0 + n_rows)[self._out0 :]
+
+    def _drop_tree(self, n_leaves: int) -> None:
+        """Drop every leaf sequence of a verify (the cells only they hold are freed)."""
+        ll = _llama()
+        if self.owns_context:
+            ll.llama_memory_seq_keep(self.mem, self.seq0)
+            return
+        for sid in self.leaf_ids[:n_leaves]:
+            ll.llama_memory_seq_rm(self.mem, sid, -1, -1)
 
     def discard(self) -> None:
         """Drop a pending verify's cells; the committed state is as before it."""
         if self._pending is None:
             return
-        ll = _llama()
-        ll.llama_memory_seq_keep(self.mem, 0)
-        ll.llama_memory_seq_rm(self.mem, 0, self.n_kv, -1)
+        tree, _, _ = self._pending
+        self._drop_tree(len(tree.leaves()) if tree.n_rows > 1 else 0)
+        _llama().llama_memory_seq_rm(self.mem, self.seq0, self.n_kv, -1)
         self._pending = None
 
     def commit(self, result: VerifyResult, target_token: Callable[[int], int] | None = None
@@ -688,11 +605,11 @@ class Target(Model):
         if tree.n_rows == 1:
             self.n_kv = P + 1
         elif self.exact:
-            ll.llama_memory_seq_keep(self.mem, 0)  # the committed cells stay, tree cells go
+            self._drop_tree(len(tree.leaves()))  # the committed cells stay, tree cells go
             self.n_kv = P
         else:
-            ll.llama_memory_seq_cp(self.mem, seqs[path[-1]][0], 0, P, P + len(path))
-            ll.llama_memory_seq_keep(self.mem, 0)
+            ll.llama_memory_seq_cp(self.mem, seqs[path[-1]][0], self.seq0, P, P + len(path))
+            self._drop_tree(len(tree.leaves()))
             self.n_kv = P + len(path)
         self._pending = None
         new = [tree.tokens[r] for r in path[1:]] + [int(bonus)]

@@ -24,9 +24,10 @@ round raises.
 Two extensions fit without changing the loop. A sampling verifier is another
 :meth:`RoundWorld.verify`: it draws the target's token at each accepted node from a random
 stream keyed by the request's seed and the text position, and returns the path and tokens as the
-greedy verifier does. Several requests served together are several sessions, each stepped one
-round at a time by :func:`step_round` (what :func:`run_rounds` calls in a loop), so a batch
-scheduler interleaves their rounds and every session keeps its own counts and records.
+greedy verifier does. Several requests served together are several sessions: a step opens each
+one's round (:func:`open_round`), verifies every plan in one ``llama_decode`` and closes each
+(:func:`close_round`), the two halves of :func:`step_round`, so every session keeps its own
+counts and records (:mod:`adaspark.decoding.slots`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adaspark.decoding.drafter.base import Block, Drafter
-from adaspark.decoding.engine import Target
+from adaspark.decoding.engine import Target, VerifyResult
 from adaspark.decoding.round import (
     RoundCounts,
     RoundOutcome,
@@ -195,16 +196,32 @@ def emitted_tokens(new: list[int], room: int, is_eog: Callable[[int], bool]
     return emitted, False
 
 
-def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
-               block_positions: int, since: float) -> list[int]:
-    """One round of Algorithm 1 (lines 5-12) for ``session`` in ``world``; ``since`` is the end of
-    the previous round (where this round's measured time starts). Returns the tokens the reply
-    got from it and sets ``session.stop`` when the reply ends here."""
+@dataclass
+class OpenRound:
+    """A round up to its verify (:func:`open_round`): the state it planned in, the block, the plan,
+    where its clock started, the planning time (``fixed_s``) and the anchor's position and token
+    (read before the verify: the world's ``committed`` grows when it commits)."""
+
+    state: RoundState
+    block: Block | None
+    plan: RoundPlan
+    t_round: float
+    fixed_s: float
+    anchor_pos: int
+    anchor: int
+
+    @property
+    def index(self) -> int:
+        return self.state.round_index
+
+
+def open_round(world: RoundWorld, session: RequestSession, block_positions: int) -> OpenRound:
+    """Algorithm 1, lines 5-8, for ``session`` in ``world``: whether to draft, the block and the
+    rule's plan of the verify tree."""
     rule = session.rule
     committed = world.committed
-    i = session.rounds
-    state = RoundState(committed=committed, round_index=i, max_rows=world.max_rows,
-                       block_positions=block_positions)
+    state = RoundState(committed=committed, round_index=session.rounds,
+                       max_rows=world.max_rows, block_positions=block_positions)
     t_round = time.perf_counter()
     anchor_pos, anchor = len(committed) - 1, int(committed[-1])
     block = None
@@ -212,8 +229,17 @@ def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
         room = room_left(world.n_ctx, len(committed))
         block = world.draft(max(1, min(rule.block_positions(block_positions), room)))
     plan = rule.plan(state, block)
-    fixed_s = time.perf_counter() - t_round
-    v = world.verify(plan, block, i)
+    return OpenRound(state, block, plan, t_round, time.perf_counter() - t_round, anchor_pos,
+                     anchor)
+
+
+def close_round(world: RoundWorld, session: RequestSession, opened: OpenRound, v: Verified,
+                max_tokens: int, since: float) -> list[int]:
+    """Algorithm 1, lines 10-12, after the verify ``v`` of ``opened``'s plan: the reply's tokens,
+    the round's record and the rule's ``observe``. ``since`` is where the round's measured time
+    starts (the end of the previous round). Returns the tokens the reply got and sets
+    ``session.stop`` when the reply ends here."""
+    plan, block, state = opened.plan, opened.block, opened.state
     emitted, eog = emitted_tokens(v.new, max_tokens - len(session.tokens), world.is_eog)
     if eog:
         session.stop = "eog"
@@ -221,20 +247,31 @@ def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
     if v.gap is not None:
         session.gaps.extend(float(v.gap[r]) for r in v.path[: len(emitted)])
     outcome = RoundOutcome.of(
-        plan, v.path, v.new, v.verify_s, fixed_s if v.fixed_s is None else v.fixed_s,
+        plan, v.path, v.new, v.verify_s, opened.fixed_s if v.fixed_s is None else v.fixed_s,
         draft_s=(block.draft_s if block is not None else 0.0) if v.draft_s is None else v.draft_s,
         commit_s=v.commit_s,
         round_s=time.perf_counter() - since if v.round_s is None else v.round_s,
         build_s=v.build_s, decode_s=v.decode_s, backlog_rows=v.backlog_rows,
-        round_index=i, anchor_pos=anchor_pos, anchor=anchor,
-        drafted=block is not None, picks=tuple(block.picks) if block is not None else ())
+        round_index=state.round_index, anchor_pos=opened.anchor_pos, anchor=opened.anchor,
+        drafted=block is not None,
+        picks=tuple(block.picks) if block is not None else ())
     session.add(outcome, emitted, at)
     if not world.measured:
         session.decode_s += outcome.round_s
-    rule.observe(plan, outcome)
+    session.rule.observe(plan, outcome)
     if session.stop != "eog" and room_left(world.n_ctx, len(world.committed)) <= 0:
         session.stop = "context"
     return emitted
+
+
+def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
+               block_positions: int, since: float) -> list[int]:
+    """One round of Algorithm 1 (lines 5-12) for ``session`` in ``world``: :func:`open_round`, the
+    world's verify, :func:`close_round`. Several requests served together open their rounds,
+    verify every plan in one step and close each (:mod:`adaspark.decoding.slots`)."""
+    opened = open_round(world, session, block_positions)
+    v = world.verify(opened.plan, opened.block, opened.index)
+    return close_round(world, session, opened, v, max_tokens, since)
 
 
 def run_rounds(world: RoundWorld, session: RequestSession, max_tokens: int,
@@ -294,7 +331,11 @@ class EngineWorld:
         return self.drafter.draft(self.target.committed, positions)
 
     def verify(self, plan: RoundPlan, block: Block | None, round_index: int) -> Verified:
-        res = self.target.verify(plan.tree, want_gaps=self.want_gaps)
+        return self.commit(plan, self.target.verify(plan.tree, want_gaps=self.want_gaps))
+
+    def commit(self, plan: RoundPlan, res: VerifyResult) -> Verified:
+        """Commit the verified ``plan`` (the engine's ``res``: alone, or this request's part of a
+        shared step) and say what the round committed."""
         t_commit = time.perf_counter()
         done = self.target.commit(res, self._sampled(plan.tree))
         commit_s = time.perf_counter() - t_commit

@@ -51,16 +51,9 @@ from adaspark.decoding.drafter.dspark_file import (
     read_dspark_file,
     read_target,
 )
-from adaspark.decoding.engine import (
-    EngineError,
-    Target,
-    _llama,
-    context_params,
-    free_native,
-    load_gguf,
-    model_meta,
-)
+from adaspark.decoding.engine import EngineError, Target, _llama
 from adaspark.decoding.llama_ext import ext
+from adaspark.decoding.native import context_params, free_native, load_gguf, model_meta
 
 #: Rows per injection batch (the drafter context's batch size; a prefill chunk is at most 128).
 INJECT_BATCH = 512
