@@ -7,7 +7,7 @@ arguments.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from adaspark.decoding.backend import configured_gpu_layers
 from adaspark.decoding.drafter.base import Drafter, make_drafter
 from adaspark.decoding.engine import Target
 from adaspark.decoding.round import WidthRule
+from adaspark.decoding.slots import SlotTarget
 from adaspark.rules.base import rule_class
 from adaspark.schema import (
     ArmConfig,
@@ -35,6 +36,10 @@ class Parts:
     drafter: Drafter | None
     block_positions: int
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def drafters(self) -> list[Drafter | None]:
+        return [self.drafter]
 
     def close(self) -> None:
         if self.drafter is not None:
@@ -116,3 +121,68 @@ def build(cfg: Any, arm: ArmConfig, *, exact: bool, **rule_extra: Any) -> Parts:
 
         warm_kernels()
     return Parts(target, rule, drafter, block_positions or 1, models)
+
+
+@dataclass
+class SlotParts:
+    """The running parts of an arm serving ``n_slots`` requests together
+    (:mod:`adaspark.decoding.slots`): the shared target context, and per slot a width rule and a
+    drafter (None for an arm without one)."""
+
+    target: SlotTarget
+    rules: list[WidthRule]
+    drafters: list[Drafter | None]
+    block_positions: int
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def rule(self) -> WidthRule:
+        return self.rules[0]
+
+    def close(self) -> None:
+        for d in self.drafters:
+            if d is not None:
+                d.close()
+        self.target.close()
+
+
+def build_slots(cfg: Any, arm: ArmConfig, *, exact: bool, n_slots: int,
+                rule_extra: Sequence[Mapping[str, Any]]) -> SlotParts:
+    """The parts of ``arm`` for ``n_slots`` concurrent requests: one target context divided
+    into slots, and per slot its rule (``rule_extra[k]``: keywords the caller adds, such as the
+    slot's own store file) and its own drafter (each a context of its own: a draft model's per
+    request sequences; a drafter that reads the target's hidden states is refused, since it
+    hooks one target)."""
+    if len(rule_extra) != n_slots:
+        raise ValueError(f"{n_slots} slots need {n_slots} rule keyword sets")
+    cfg = arm_view(cfg, arm)
+    target_cfg, drafter_cfg = target_config(cfg), drafter_config(cfg)
+    scheduler = scheduler_mapping(cfg)
+    rules = [make_arm_rule(arm, scheduler, **extra) for extra in rule_extra]
+    if rules[0].uses_drafter and drafter_cfg.kind == "dspark":
+        raise ConfigError(f"arm {arm.name}: a DSpark drafter reads one target's hidden states, "
+                          "so it does not serve several requests at once yet; serve it with "
+                          "max_concurrent=1, or pick an arm with a draft-model drafter")
+    tpath, tsha = model_files.resolve(target_cfg)
+    target = SlotTarget(tpath, target_cfg.n_ctx, exact=exact, n_slots=n_slots,
+                        threads=cfg.get("threads"),
+                        n_gpu_layers=configured_gpu_layers(target_cfg, "target"))
+    models = {"target": {"path": str(tpath), "sha256": tsha}}
+    drafters: list[Drafter | None] = [None] * n_slots
+    try:
+        if rules[0].uses_drafter:
+            for k in range(n_slots):
+                drafters[k], models["drafter"] = build_drafter(cfg, arm, target, exact=exact)
+    except Exception:
+        for d in drafters:
+            if d is not None:
+                d.close()
+        target.close()
+        raise
+    block_positions = drafter_cfg.block_positions or (
+        getattr(drafters[0], "block_positions", None) if drafters[0] is not None else None)
+    if rules[0].uses_drafter:
+        from adaspark.rules.adaspark.simulator import warm_kernels
+
+        warm_kernels()
+    return SlotParts(target, rules, drafters, block_positions or 1, models)

@@ -30,6 +30,8 @@ OTHER = {
     "round_log": (Path("rounds"), "rounds"),
     "trace_log": (Path("trace"), "trace"),
     "tool_fallback": ("none", "none"),
+    "max_concurrent": (4, "4"),
+    "max_queue": (0, "0"),
 }
 
 

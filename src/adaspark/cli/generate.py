@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from adaspark import arms
 from adaspark.config import ConfigError, to_dict
-from adaspark.decoding.engine import Model
+from adaspark.decoding.engine import NEAR_TIE_GAP, Model
 from adaspark.decoding.loop import RequestSession, generate
 from adaspark.decoding.round import room_left
 from adaspark.decoding.round_trace import TraceRow
@@ -20,9 +20,6 @@ from adaspark.rules.base import make_rule
 from adaspark.schema import ArmConfig
 from adaspark.serving import chat
 
-#: A token that differs from plain greedy decoding is a near tie when the target's two best
-#: logits at that row differ by less than this (HARNESS "Near tie").
-NEAR_TIE_GAP = 0.5
 #: Exact mode's guarantee holds below this many KV cells (HARNESS facts).
 EXACT_CELLS = 512
 

@@ -102,6 +102,11 @@ class Commit:
     tokens: tuple[int, ...]
 
 
+#: A token that differs from plain greedy decoding is a near tie when the target's two best
+#: logits at that row differ by less than this (HARNESS "Near tie").
+NEAR_TIE_GAP = 0.5
+
+
 def top2_gap(logits: np.ndarray) -> np.ndarray:
     """Per row, best logit minus second best (a near tie is a gap under 0.5, HARNESS)."""
     part = np.partition(logits, -2, axis=1)

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from adaspark.decoding.round import room_left
 from adaspark.serving.requests import RequestError, decode_body, parse_request
 from adaspark.serving.service import ArmService, Job, JobResult, merge_deltas
 
@@ -69,6 +68,12 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
     async def admit(job: Job) -> None:
         """Wait up to ``busy_wait_s`` (longer while a cancelled decode finishes its round) for
         the service to take ``job``."""
+        if service.batched:
+            if not service.try_admit(job):
+                raise RequestError(503, "busy: every slot is taken and the queue is full; "
+                                   "retry later", kind="server_busy")
+            await admitted(job)
+            return
         deadline = time.monotonic() + busy_wait_s
         while not service.try_admit(job):
             cur = service.current
@@ -78,6 +83,16 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
                                    "paper's protocol) and another request is decoding; retry "
                                    "when it ends", kind="server_busy")
             await asyncio.sleep(0.005)
+
+    async def admitted(job: Job) -> None:
+        """A queued ``job`` (several slots): wait until the engine starts it; a 503 when it
+        waited too long, raised here so the reply is a plain error, not a stream."""
+        fut = job.future
+        assert fut is not None
+        while not fut.running() and not fut.done():
+            await asyncio.sleep(0.005)
+        if fut.done() and isinstance(fut.exception(), RequestError):
+            raise fut.exception()  # type: ignore[misc]
 
     async def until_done_or_gone(request: Request, fut: asyncio.Future[JobResult],
                                  job: Job) -> JobResult:
@@ -91,6 +106,10 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
         return await fut
 
     async def health(_: Request) -> Response:
+        if service.runner is not None:
+            m = service.runner.metrics()
+            return JSONResponse({"status": "ok", "busy": m["active"] > 0,
+                                 "model": service.model_id, **m})
         return JSONResponse({"status": "ok", "busy": service.busy.locked(),
                              "model": service.model_id})
 
@@ -106,7 +125,12 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
             prompt, fmt = service.prompt_tokens(req)
         except RequestError as e:
             return error(e)
-        room = room_left(service.n_ctx, len(prompt))
+        room = service.room_for(len(prompt))
+        if room < 1:
+            return error(RequestError(400, f"the prompt has {len(prompt)} tokens and leaves no "
+                                      "room for a reply beside a verify in this server's "
+                                      f"context of {service.n_ctx} tokens; shorten it",
+                                      param="messages", kind="exceed_context_size_error"))
         max_tokens = room if req.max_tokens is None else min(req.max_tokens, room)
         rid = _safe_id(request.headers.get("x-request-id"))
         job = Job(prompt=prompt, max_tokens=max(1, max_tokens), tool_format=fmt, request_id=rid,
@@ -134,6 +158,8 @@ def make_app(service: ArmService, *, busy_wait_s: float = 0.0):  # -> Starlette
         if not req.stream:
             try:
                 res: JobResult = await until_done_or_gone(request, fut, job)
+            except RequestError as e:
+                return error(e)
             except Exception as e:
                 return error(RequestError(500, f"decode failed: {e}", kind="server_error"))
             if res.error:

@@ -10,7 +10,8 @@ Flags (checked against this build's ``--help``; the arm file names the speculati
 different build cannot change them silently):
 
 * both arms: ``--model``, ``--ctx-size`` (the target's ``n_ctx``), ``--parallel 1`` (one slot:
-  one request at a time), ``--threads``/``--threads-batch`` (every core unless ``threads`` is
+  one request at a time; the load benchmark sets N slots sharing that context, llama-server's
+  continuous batching), ``--threads``/``--threads-batch`` (every core unless ``threads`` is
   set, as our engine), ``--temp 0 --top-k 1`` (greedy), ``--jinja`` (the model's chat template
   with tools), ``--host 127.0.0.1``, ``--port``, ``--no-webui``; prompt caching is llama-server's
   default (``--cache-prompt``).
@@ -103,12 +104,16 @@ class LlamaServerSpec:
     #: offload flags (``--n-gpu-layers``, ``--n-gpu-layers-draft``; none on a CPU build):
     #: :func:`adaspark.decoding.backend.server_gpu_flags`
     gpu_args: list[str] = field(default_factory=list)
+    #: slots (``--parallel``): requests decoding together, in llama-server's continuous batching
+    #: (1: one at a time, the paper's protocol; the load benchmark sets more)
+    parallel: int = 1
 
     def args(self) -> list[str]:
         """The command line (binary first)."""
         b = str(self.binary or binary_path())
         argv = [
-            b, "--model", str(self.model), "--ctx-size", str(self.n_ctx), "--parallel", "1",
+            b, "--model", str(self.model), "--ctx-size", str(self.n_ctx),
+            "--parallel", str(self.parallel),
             "--threads", str(self.threads), "--threads-batch", str(self.threads),
             "--temp", "0", "--top-k", "1", "--jinja",
             "--host", self.host, "--port", str(self.port), "--no-webui",
@@ -131,7 +136,8 @@ class LlamaServerSpec:
 
 
 def spec_from_config(cfg: Any, arm: ArmConfig, *, port: int, host: str = LOOPBACK,
-                     chat_template_file: Path | None = None) -> LlamaServerSpec:
+                     chat_template_file: Path | None = None,
+                     parallel: int | None = None) -> LlamaServerSpec:
     """A :class:`LlamaServerSpec` from a composed config (``target``, ``drafter``, ``threads``)
     and a checked llama-server arm (``engine: llama-server``; ``server:`` holds its flags)."""
     from adaspark import model_files
@@ -157,7 +163,7 @@ def spec_from_config(cfg: Any, arm: ArmConfig, *, port: int, host: str = LOOPBAC
     return LlamaServerSpec(
         model=tpath, n_ctx=int(cfg.target.n_ctx), threads=threads, port=port, host=host,
         drafter=drafter, server=server, chat_template_file=chat_template_file,
-        gpu_args=gpu_args,
+        gpu_args=gpu_args, **({} if parallel is None else {"parallel": parallel}),
     )
 
 

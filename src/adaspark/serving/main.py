@@ -3,6 +3,7 @@ HTTP API, streamed, on the client's clock).
 
     adaspark serve arm=chain3 target=tiny drafter=tiny-truncated port=8080 [exact=false]
                    [store=DIR] [host=127.0.0.1] [chat_template=FILE] [busy_wait_s=0]
+                   [max_concurrent=1] [max_queue=64]
                    [warmup=true|false] [round_log=DIR] [trace_log=DIR] [tool_fallback=generic|none]
     python -m adaspark.serving.main --params params.yaml --arm NAME [--exact|--fast] [--port N]
                                     [--store DIR] [--host H] [--chat-template FILE] [...]
@@ -22,8 +23,12 @@ Routes: ``POST /v1/chat/completions`` (``stream`` true or false), ``GET /health`
 * The arm is fixed at start; its learned store (AdaSpark's cost and acceptance models) lives in a
   directory given at start (default: a fresh directory per arm under ``runs/serve/``).
   An ``X-Request-Id`` header names the request in the rule's per-round log.
-* One request at a time, as in the paper: a request that arrives while another decodes waits up
-  to ``busy_wait_s`` seconds, then gets 503; it never touches the running one.
+* One request at a time by default, as in the paper: a request that arrives while another
+  decodes waits up to ``busy_wait_s`` seconds, then gets 503; it never touches the running one.
+  With ``max_concurrent=N`` (N > 1), up to N requests decode together, one verify batch per
+  step, and up to ``max_queue`` more wait for a slot, each at most ``busy_wait_s`` seconds;
+  past either, 503 with ``Retry-After`` (:mod:`adaspark.serving.batching`). ``GET /health``
+  then reports the slots, active requests, queue length and rows per step.
 * The previous request's KV stays and the longest common token prefix is reused
   (``Target.prefill``), as llama-server's ``cache_prompt`` does.
 * Streaming sends one server-sent event per generated token, the tokens of one round back to
@@ -61,6 +66,7 @@ from adaspark.checks import check_value, spec
 from adaspark.config import ConfigError
 from adaspark.decoding.sampling import SamplingParams
 from adaspark.schema import ArmConfig, check_arm
+from adaspark.serving.batching import start_runner
 from adaspark.serving.http import make_app
 from adaspark.serving.requests import TOOL_FALLBACKS
 from adaspark.serving.service import ArmService
@@ -88,7 +94,13 @@ class ServeOptions:
     chat_template: Path | None = spec(default=None, help="a Jinja chat template file in place "
                                       "of the model's own")
     busy_wait_s: float = spec(min=0, default=0.0, help="seconds a request waits for the one "
-                              "decoding before it gets 503")
+                              "decoding (with max_concurrent > 1: for a slot, in the queue) "
+                              "before it gets 503")
+    max_concurrent: int = spec(min=1, max=64, default=1, help="requests decoding together, "
+                               "one verify batch per step (1: one at a time, the paper's "
+                               "protocol)")
+    max_queue: int = spec(min=0, default=64, help="with max_concurrent > 1: requests that may "
+                          "wait for a slot; one more gets 503")
     warmup: bool = spec(default=True, help="decode a few tokens before listening")
     round_log: Path | None = spec(default=None, help="directory of the width rule's per-round "
                                   "log (Parquet)")
@@ -276,7 +288,9 @@ def serve(cfg: DictConfig, arm: ArmConfig, opts: ServeOptions, *, exact: bool,
                              chat_template=opts.chat_template, round_log=opts.round_log,
                              trace_log=opts.trace_log,
                              warmup=opts.warmup, tool_fallback=opts.tool_fallback,
-                             sampling_defaults=sampling)
+                             sampling_defaults=sampling, max_concurrent=opts.max_concurrent)
+        if service.batched:
+            start_runner(service, max_queue=opts.max_queue, queue_wait_s=opts.busy_wait_s)
     except BaseException:
         sock.close()
         raise

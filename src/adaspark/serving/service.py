@@ -13,7 +13,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,8 @@ class Job:
     emit: Callable[[tuple[str, Any]], None] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     sampling: SamplingParams | None = None  # None: greedy decoding
+    #: the queued job's result (a server with several slots, :mod:`adaspark.serving.batching`)
+    future: Future[JobResult] | None = None
 
 
 @dataclass
@@ -78,6 +80,45 @@ class JobResult:
     completion_tokens: int
     timings: dict[str, Any]
     error: str | None = None
+
+
+class Reply:
+    """One request's reply as its tokens come: text decoded incrementally, tool calls parsed, the
+    per-token deltas handed to the client (``job.emit``), the message assembled."""
+
+    def __init__(self, job: Job, target: Any) -> None:
+        self.job = job
+        self.target = target
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.parser = tool_calls.ReplyParser(job.tool_format,
+                                             id_prefix=uuid.uuid4().hex[:8] + "_")
+        self.assembler = tool_calls.MessageAssembler()
+        self.n_out = 0
+
+    def feed(self, tokens: list[int]) -> None:
+        """A round's committed tokens: one list of deltas per token, emitted together."""
+        t = self.target
+        per_token = []
+        for tok in tokens:
+            piece = b"" if t.is_eog(tok) else t.token_bytes(tok)
+            deltas = self.parser.feed(self.decoder.decode(piece))
+            for d in deltas:
+                self.assembler.add(d)
+            per_token.append(deltas)
+        self.n_out += len(tokens)
+        if self.job.emit is not None:
+            self.job.emit(("round", per_token))
+
+    def close(self, stop: str) -> tuple[dict[str, Any], str]:
+        """Flush the held-back text (emitted as the ``tail``); the message and finish reason."""
+        tail = self.parser.feed(self.decoder.decode(b"", final=True)) + self.parser.finish()
+        for d in tail:
+            self.assembler.add(d)
+        if self.job.emit is not None and tail:
+            self.job.emit(("tail", tail))
+        finish = ("tool_calls" if self.assembler.calls else
+                  "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
+        return self.assembler.message(), finish
 
 
 def _json_safe(v: Any) -> Any:
@@ -95,7 +136,8 @@ class ArmService:
                  chat_template: Path | None = None, round_log: Path | None = None,
                  trace_log: Path | None = None,
                  warmup: bool = True, tool_fallback: str = "generic",
-                 sampling_defaults: SamplingParams | None = None) -> None:
+                 sampling_defaults: SamplingParams | None = None,
+                 max_concurrent: int) -> None:
         from adaspark import arms
         from adaspark.schema import arm_view
 
@@ -118,7 +160,15 @@ class ArmService:
         self.arm = arm.as_mapping() | {"rule_extra": extra}
         self.exact = exact
         self.store_dir = store_dir
-        self.parts = arms.build(cfg, arm, exact=exact, **extra)
+        #: several slots: requests decode together (:mod:`adaspark.serving.batching`)
+        self.batched = max_concurrent > 1
+        self.parts: Any
+        if self.batched:
+            self.parts = arms.build_slots(cfg, arm, exact=exact, n_slots=max_concurrent,
+                                          rule_extra=[self._slot_extra(extra, k)
+                                                      for k in range(max_concurrent)])
+        else:
+            self.parts = arms.build(cfg, arm, exact=exact, **extra)
         t = self.parts.target
         if chat_template is not None:
             self.template = Path(chat_template).read_text(encoding="utf-8")
@@ -135,7 +185,7 @@ class ArmService:
         self.model_id = f"{cfg.target.name}:{arm.name}"
         self.n_ctx = t.n_ctx
         #: the drafter's context (it prefills the prompt too), or None without a drafter
-        self.drafter_n_ctx = (int(cfg.drafter.n_ctx) if self.parts.drafter is not None
+        self.drafter_n_ctx = (int(cfg.drafter.n_ctx) if self.parts.rule.uses_drafter
                               else None)
         self.busy = threading.Lock()
         self.current: Job | None = None
@@ -145,6 +195,17 @@ class ArmService:
         self.meta = self._meta(cfg)
         if warmup:
             self.executor.submit(self._warmup).result()
+        #: the engine thread of a server with several slots (set by
+        #: :func:`adaspark.serving.batching.start_runner`)
+        self.runner: Any = None
+
+    @staticmethod
+    def _slot_extra(extra: dict[str, Any], k: int) -> dict[str, Any]:
+        """Slot ``k``'s rule keywords: its own store file (each slot's rule learns alone; slot
+        0's is the one-slot server's, so a store carries over from ``max_concurrent=1``)."""
+        if "store" not in extra or k == 0:
+            return extra
+        return extra | {"store": str(Path(extra["store"]).with_name(f"store-slot{k}.json"))}
 
     def _special_texts(self) -> tuple[str, str]:
         import llama_cpp as ll
@@ -186,9 +247,10 @@ class ArmService:
         t = self.parts.target
         prompt = t.tokenize("Hello", add_special=True, parse_special=False) or [0]
         generate(t, prompt, 2, make_rule("ar"))
-        if self.parts.drafter is not None:
-            self.parts.drafter.begin(prompt)
-            self.parts.drafter.draft(prompt, 1)
+        for d in self.parts.drafters:
+            if d is not None:
+                d.begin(prompt)
+                d.draft(prompt, 1)
         t.reset()
 
     # -- requests -------------------------------------------------------------------------
@@ -224,9 +286,19 @@ class ArmService:
 
     # -- admission: the busy lock is taken and released here only ------------------------------
 
+    def room_for(self, prompt_tokens: int) -> int:
+        """Tokens a request of ``prompt_tokens`` may generate: the context's room after it (and,
+        with several slots, after its slot's widest tree)."""
+        room = room_left(self.n_ctx, prompt_tokens)
+        return room - self.parts.target.slots[0].max_rows if self.batched else room
+
     def try_admit(self, job: Job) -> bool:
         """Take the engine for ``job`` if it is free (it becomes :attr:`current`); False when
-        another request decodes."""
+        another request decodes. With several slots: queue it (False when the queue is
+        full)."""
+        if self.runner is not None:
+            job.future = self.runner.submit(job)
+            return job.future is not None
         if not self.busy.acquire(blocking=False):
             return False
         self.current = job
@@ -235,6 +307,8 @@ class ArmService:
     def start(self, job: Job, loop: asyncio.AbstractEventLoop) -> asyncio.Future[JobResult]:
         """Decode the admitted ``job`` on the engine thread; the engine is freed when it ends
         (:meth:`run_job`), or at once with a 503 when the executor is shut down."""
+        if job.future is not None:
+            return asyncio.wrap_future(job.future, loop=loop)
         try:
             return loop.run_in_executor(self.executor, self.run_job, job)
         except RuntimeError:
@@ -255,27 +329,14 @@ class ArmService:
     def _run(self, job: Job) -> JobResult:
         t = self.parts.target
         self.n_requests += 1
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        parser = tool_calls.ReplyParser(job.tool_format, id_prefix=uuid.uuid4().hex[:8] + "_")
-        assembler = tool_calls.MessageAssembler()
-        n_out = [0]
+        reply = Reply(job, t)
 
         def on_tokens(tokens: list[int]) -> None:
-            per_token = []
-            for tok in tokens:
-                piece = b"" if t.is_eog(tok) else t.token_bytes(tok)
-                deltas = parser.feed(decoder.decode(piece))
-                for d in deltas:
-                    assembler.add(d)
-                per_token.append(deltas)
-            n_out[0] += len(tokens)
-            if job.emit is not None:
-                job.emit(("round", per_token))
+            reply.feed(tokens)
             if job.cancel.is_set():
                 raise _Cancelled
 
-        session = RequestSession(self.parts.rule, list(job.prompt), job.request_id,
-                                 keep_records=self.trace_log is not None, sampling=job.sampling)
+        session = self.session_of(job, self.parts.rule)
         error = None
         finished = False
         try:
@@ -283,24 +344,29 @@ class ArmService:
                    on_tokens=on_tokens)
             finished = True
             stop = session.stop
-            if self.trace_log is not None:
-                self._write_trace(job, session)
         except _Cancelled:
             stop = "cancelled"
         except Exception as e:  # reported to the client; the server keeps serving
             stop = "error"
             error = f"{type(e).__name__}: {e}"
             t.reset()  # the cache may no longer match the committed tokens: start clean
-        tail = parser.feed(decoder.decode(b"", final=True)) + parser.finish()
-        for d in tail:
-            assembler.add(d)
-        if job.emit is not None and tail:
-            job.emit(("tail", tail))
-        finish = ("tool_calls" if assembler.calls else
-                  "stop" if stop == "eog" else "cancelled" if stop == "cancelled" else "length")
-        n_gen = len(session.tokens) if finished else n_out[0]
-        timings = self._timings(session, finished, len(job.prompt), stop)
-        return JobResult(message=assembler.message(), finish_reason=finish,
+        return self.finish(job, reply, session, finished, stop, error)
+
+    def session_of(self, job: Job, rule: Any) -> RequestSession:
+        """A new session for ``job`` under ``rule`` (the arm's, or its slot's)."""
+        return RequestSession(rule, list(job.prompt), job.request_id,
+                              keep_records=self.trace_log is not None, sampling=job.sampling)
+
+    def finish(self, job: Job, reply: Reply, session: RequestSession, finished: bool,
+               stop: str, error: str | None, extra: dict[str, Any] | None = None) -> JobResult:
+        """The reply's tail (text held back), the trace of a finished decode and its result;
+        ``extra``: more ``timings`` keys (a batched request's queue and step counts)."""
+        if finished and self.trace_log is not None:
+            self._write_trace(job, session)
+        message, finish_reason = reply.close(stop)
+        n_gen = len(session.tokens) if finished else reply.n_out
+        timings = self._timings(session, finished, len(job.prompt), stop) | (extra or {})
+        return JobResult(message=message, finish_reason=finish_reason,
                          prompt_tokens=len(job.prompt), completion_tokens=n_gen,
                          timings=timings, error=error)
 
@@ -347,11 +413,13 @@ class ArmService:
             "width1_rounds": gen.width_hist.get(1, 0),
             "by_source": c.as_dict(),
             "stop": stop,
-            "rule": self.parts.rule.name,
+            "rule": gen.rule.name,
             "rule_summary": gen.summary,
             "sampling": None if gen.sampling is None else asdict(gen.sampling),
         })
 
     def close(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.parts.close()

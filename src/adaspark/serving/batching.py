@@ -1,0 +1,263 @@
+"""Several requests served at once (issue 37): a bounded queue in front of the slots, and an
+engine thread that admits, steps and ends requests between steps (continuous batching).
+
+- ``max_concurrent`` requests decode together, one round each per step, in one ``llama_decode``
+  (:class:`~adaspark.decoding.slots.Batch`).
+- A request that finds every slot taken waits in a queue of at most ``max_queue`` requests, for
+  at most ``queue_wait_s`` seconds (the server's ``busy_wait_s``); past either it gets 503 with
+  ``Retry-After``. A request waits too while its prompt, ``max_tokens`` and widest tree do not
+  fit the KV cache beside the active ones.
+- A prefill runs alone, between steps (its slot's first sequence), so a step's time is the
+  verify's and the cost model learns verifies only.
+- A client that leaves (its job's ``cancel`` set) is ended at the next step; a queued one is
+  dropped.
+- :meth:`BatchRunner.metrics` (``GET /health``): slots, active requests, queue length, steps and
+  the rows of the last steps; the engine thread logs them every ``LOG_EVERY_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from adaspark.decoding.engine import NEAR_TIE_GAP
+from adaspark.decoding.slots import Active, Batch
+from adaspark.serving.requests import RequestError
+from adaspark.serving.service import ArmService, Job, JobResult, Reply
+
+#: Seconds between the engine thread's log lines while it serves.
+LOG_EVERY_S = 30.0
+#: Steps whose rows :meth:`BatchRunner.metrics` averages.
+RECENT_STEPS = 64
+
+
+@dataclass
+class Waiting:
+    job: Job
+    future: Future[JobResult]
+    since: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Running:
+    job: Job
+    future: Future[JobResult]
+    reply: Reply
+    active: Active
+    queued_s: float
+    steps: int = 0
+    step_rows: int = 0
+    companions: int = 0
+
+
+def start_runner(service: ArmService, *, max_queue: int, queue_wait_s: float) -> BatchRunner:
+    """Start the engine thread of ``service`` (built with several slots). In exact mode each
+    reply's ``timings.near_ties`` counts its tokens whose top-2 logit gap is under 0.5: where a
+    reply may leave its one-at-a-time text (:mod:`adaspark.decoding.slots`)."""
+    p = service.parts
+    batch = Batch(p.target, p.drafters, p.block_positions, want_gaps=service.exact)
+    service.runner = BatchRunner(service, batch, max_queue=max_queue, queue_wait_s=queue_wait_s)
+    return service.runner
+
+
+class BatchRunner:
+    """The engine thread of a server with several slots (see the module docstring)."""
+
+    def __init__(self, service: ArmService, batch: Batch, *, max_queue: int,
+                 queue_wait_s: float) -> None:
+        self.service = service
+        self.batch = batch
+        self.max_queue = max_queue
+        self.queue_wait_s = queue_wait_s
+        self.queue: deque[Waiting] = deque()
+        self.running: dict[int, Running] = {}
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = False
+        self.n_steps = 0
+        self.last_log = time.monotonic()
+        self.recent_rows: deque[int] = deque(maxlen=RECENT_STEPS)
+        self.recent_active: deque[int] = deque(maxlen=RECENT_STEPS)
+        self.thread = threading.Thread(target=self._loop, name="engine-batch", daemon=True)
+        self.thread.start()
+
+    # -- the HTTP side ------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> Future[JobResult] | None:
+        """Queue ``job``; None when the queue is full (the caller answers 503)."""
+        with self.lock:
+            if self.stopping or len(self.queue) >= self.max_queue + self._free_now():
+                return None
+            w = Waiting(job, Future())
+            self.queue.append(w)
+        self.wake.set()
+        return w.future
+
+    def _free_now(self) -> int:
+        return len(self.batch.target.slots) - len(self.running)
+
+    def metrics(self) -> dict[str, Any]:
+        with self.lock:
+            rows = list(self.recent_rows)
+            act = list(self.recent_active)
+            return {"slots": len(self.batch.target.slots), "active": len(self.running),
+                    "queued": len(self.queue), "max_queue": self.max_queue,
+                    "steps": self.n_steps,
+                    "rows_per_step": sum(rows) / len(rows) if rows else None,
+                    "active_per_step": sum(act) / len(act) if act else None}
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+        self.wake.set()
+        self.thread.join(timeout=60)
+
+    # -- the engine thread ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                if not self._turn():
+                    return
+            except Exception:  # a bug of ours: fail what is in flight, keep serving
+                traceback.print_exc()
+                self._fail_all("the server's engine thread failed; see its log")
+
+    def _turn(self) -> bool:
+        """One turn of the engine thread; False when it stops."""
+        with self.lock:
+            stopping = self.stopping
+        if stopping:
+            self._drain()
+            return False
+        self._drop_waiting()
+        self._admit()
+        self._end_cancelled()
+        if not self.running:
+            self.wake.wait(0.05)
+            self.wake.clear()
+            return True
+        self._step()
+        if time.monotonic() - self.last_log >= LOG_EVERY_S:
+            self.last_log = time.monotonic()
+            m = self.metrics()
+            print(f"adaspark serve: {m['active']}/{m['slots']} slots, {m['queued']} "
+                  f"queued, {m['steps']} steps, rows/step {m['rows_per_step']}",
+                  file=sys.stderr, flush=True)
+        return True
+
+    def _fail_all(self, why: str) -> None:
+        for k, r in list(self.running.items()):
+            self.batch.finish(r.active)
+            r.active.slot.reset()
+            self._done(k, finished=False, stop="error", error=why)
+        with self.lock:
+            queue, self.queue = self.queue, deque()
+        for w in queue:
+            if not w.future.done():
+                w.future.set_exception(RequestError(500, why, kind="server_error"))
+
+    def _drop_waiting(self) -> None:
+        """Queued requests whose client left, or that waited past ``queue_wait_s``."""
+        now = time.monotonic()
+        with self.lock:
+            gone = [w for w in self.queue
+                    if w.job.cancel.is_set() or now - w.since > self.queue_wait_s]
+            for w in gone:
+                self.queue.remove(w)
+        for w in gone:
+            if w.job.cancel.is_set():
+                w.future.set_exception(RequestError(499, "the client left while queued",
+                                                    kind="cancelled"))
+            else:
+                w.future.set_exception(RequestError(
+                    503, f"busy: every one of the {len(self.batch.target.slots)} slots "
+                    f"stayed taken for {self.queue_wait_s:g} s (busy_wait_s); retry later",
+                    kind="server_busy"))
+
+    def _admit(self) -> None:
+        """Start queued requests, in arrival order, while a slot is free and the head fits."""
+        while True:
+            with self.lock:
+                if not self.queue or not self.batch.free_slots():
+                    return
+                w = self.queue[0]
+                if not self.batch.fits(len(w.job.prompt), w.job.max_tokens):
+                    return  # the head waits for room (first come, first served)
+                self.queue.popleft()
+            if not w.future.set_running_or_notify_cancel():
+                continue
+            job = w.job
+            self.service.n_requests += 1
+            reply = Reply(job, self.service.parts.target)
+            slot = self.batch.free_slots()[0]
+            session = self.service.session_of(job, self.service.parts.rules[slot])
+            try:
+                active = self.batch.admit(session, job.max_tokens, reply.feed)
+            except Exception as e:
+                res = self.service.finish(job, reply, session, False, "error",
+                                          f"{type(e).__name__}: {e}")
+                w.future.set_result(res)
+                continue
+            self.running[active.slot.index] = Running(job, w.future, reply, active,
+                                                      time.monotonic() - w.since)
+
+    def _end_cancelled(self) -> None:
+        for k, r in list(self.running.items()):
+            if r.job.cancel.is_set():
+                self.batch.finish(r.active)
+                self._done(k, finished=False, stop="cancelled")
+
+    def _step(self) -> None:
+        try:
+            ended = self.batch.step()
+        except Exception as e:  # every request of the step fails; the server keeps serving
+            err = f"{type(e).__name__}: {e}"
+            for k, r in list(self.running.items()):
+                self.batch.finish(r.active, e)
+                r.active.slot.reset()
+                self._done(k, finished=False, stop="error", error=err)
+            return
+        rec = self.batch.steps[-1]
+        self.batch.steps.clear()  # the server keeps counts, not every step
+        with self.lock:
+            self.n_steps += 1
+            self.recent_rows.append(rec.total_rows)
+            self.recent_active.append(len(rec.slots))
+        for k in rec.slots:
+            r = self.running.get(k)
+            if r is not None:
+                r.steps += 1
+                r.step_rows += rec.total_rows
+                r.companions += len(rec.slots) - 1
+        for a in ended:
+            self._done(a.slot.index, finished=True, stop=a.session.stop)
+
+    def _done(self, k: int, *, finished: bool, stop: str, error: str | None = None) -> None:
+        r = self.running.pop(k)
+        n = max(r.steps, 1)
+        extra: dict[str, Any] = {
+            "queue_ms": r.queued_s * 1e3, "steps": r.steps, "rows_per_step": r.step_rows / n,
+            "companions_per_step": r.companions / n, "slot": k}
+        if self.batch.want_gaps:
+            extra["near_ties"] = sum(g < NEAR_TIE_GAP for g in r.active.session.gaps)
+        res = self.service.finish(r.job, r.reply, r.active.session, finished, stop, error,
+                                  extra)
+        r.future.set_result(res)
+
+    def _drain(self) -> None:
+        """Shutting down: end every request (cancelled) and answer the queue 503."""
+        for k, r in list(self.running.items()):
+            self.batch.finish(r.active)
+            self._done(k, finished=False, stop="cancelled")
+        with self.lock:
+            queue, self.queue = self.queue, deque()
+        for w in queue:
+            w.future.set_exception(RequestError(503, "the server is shutting down",
+                                                kind="server_busy"))
