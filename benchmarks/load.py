@@ -15,10 +15,11 @@ requests, queue wait (our server's ``timings.queue_ms``) and mean rows per step 
 step (ours). Our servers keep their store in one directory across the points of an arm (slot 0's
 file is the one-slot server's: AdaSpark's learned state is carried from point to point).
 
-Writes, under ``--out`` (default ``runs/benchmarks/load``): ``requests.csv`` (one row per
-request, appended point by point), ``points.csv`` and ``load.json`` (with the settings, the
-llama.cpp build and the machine). A point already in ``points.csv`` with the same settings is
-skipped, so a killed benchmark resumes; other settings need a new ``--out``.
+Writes, under ``--out`` (default ``runs/benchmarks/load``), what
+:func:`adaspark.runs.load.run_points` writes (its docstring says what each figure is): one row per
+request, one per point, the settings and provenance. A killed benchmark resumes; other settings
+need a new ``--out``. The pipeline's ``load`` stage runs the same points from the ``load`` config
+group (``dvc exp run -S preset=load``).
 
     .venv/bin/python benchmarks/load.py --arms ar,chain3,adaspark,llamacpp-ar,llamacpp-chain \
         --clients 1,2,4,8 --requests 40
@@ -29,148 +30,10 @@ skipped, so a killed benchmark resumes; other settings need a new ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
-import os
-import random
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-POINT_KEYS = ["arm", "mode", "clients", "rate", "requests", "max_tokens"]
-ROW_KEYS = ["status", "t_send", "t_done", "tokens", "ttft_s", "itl_s", "decode_tps", "queue_ms",
-            "rows_per_step", "companions"]
-
-
-def prompts(testset: Path, n: int) -> list[str]:
-    """First user turns of the ``short`` subset and of Spec-Bench, cycled to ``n``."""
-    from adaspark.runs.conversation import plan_subset
-    from adaspark.testset.lock import load_checked_sets
-
-    sets = load_checked_sets(testset)
-    texts = [p.conversation.turns[0].text for p in plan_subset(sets, "short")]
-    spec = next(s for s in sets if s.name == "specbench")
-    texts += [c.turns[0].text for c in spec.conversations if c.turns[0].text not in texts]
-    return [texts[i % len(texts)] for i in range(n)]
-
-
-def percentile(xs: list[float], q: float) -> float | None:
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
-    return xs[k]
-
-
-def one_request(url: str, text: str, max_tokens: int) -> dict[str, Any]:
-    from adaspark.serving.client import ChatClient, ServerReplyError
-
-    t0 = time.perf_counter()
-    with ChatClient(url) as c:
-        try:
-            r = c.chat([{"role": "user", "content": text}], max_tokens=max_tokens)
-        except ServerReplyError as e:
-            return dict.fromkeys(ROW_KEYS) | {"status": e.status, "t_send": t0,
-                                              "t_done": time.perf_counter(), "tokens": 0}
-    n = r.completion_tokens
-    itl = (r.decode_s / (r.n_token_events - 1)
-           if r.decode_s is not None and r.n_token_events > 1 else None)
-    tm = r.timings or {}
-    return {"status": 200, "t_send": r.t_request, "t_done": r.t_done, "tokens": n,
-            "ttft_s": r.ttft_s, "itl_s": itl, "decode_tps": r.decode_tps,
-            "queue_ms": tm.get("queue_ms"), "rows_per_step": tm.get("rows_per_step"),
-            "companions": tm.get("companions_per_step")}
-
-
-def closed_loop(url: str, texts: list[str], clients: int, max_tokens: int) -> list[dict]:
-    todo = list(enumerate(texts))
-    lock = threading.Lock()
-    out: list[dict] = []
-
-    def client() -> None:
-        while True:
-            with lock:
-                if not todo:
-                    return
-                i, text = todo.pop(0)
-            row = one_request(url, text, max_tokens) | {"index": i}
-            with lock:
-                out.append(row)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
-def open_loop(url: str, texts: list[str], rate: float, max_tokens: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    out: list[dict] = []
-    lock = threading.Lock()
-    threads = []
-    t = time.perf_counter()
-    for i, text in enumerate(texts):
-        t += rng.expovariate(rate)
-        time.sleep(max(0.0, t - time.perf_counter()))
-
-        def go(i: int = i, text: str = text) -> None:
-            row = one_request(url, text, max_tokens) | {"index": i}
-            with lock:
-                out.append(row)
-
-        th = threading.Thread(target=go)
-        th.start()
-        threads.append(th)
-    for th in threads:
-        th.join()
-    return out
-
-
-def summarise(rows: list[dict]) -> dict[str, Any]:
-    ok = [r for r in rows if r["status"] == 200]
-    wall = max(r["t_done"] for r in rows) - min(r["t_send"] for r in rows)
-    tokens = sum(r["tokens"] for r in ok)
-    col = lambda k: [r[k] for r in ok if r.get(k) is not None]  # noqa: E731
-    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-    return {"answered": len(ok), "refused": len(rows) - len(ok), "wall_s": wall,
-            "aggregate_tps": tokens / wall if wall > 0 else None,
-            "decode_tps_p50": percentile(col("decode_tps"), 50),
-            "ttft_p50_s": percentile(col("ttft_s"), 50),
-            "ttft_p99_s": percentile(col("ttft_s"), 99),
-            "itl_p50_s": percentile(col("itl_s"), 50), "itl_p99_s": percentile(col("itl_s"), 99),
-            "queue_p50_ms": percentile(col("queue_ms"), 50),
-            "rows_per_step": mean(col("rows_per_step")),
-            "requests_per_step": (mean(col("companions")) + 1) if col("companions") else None}
-
-
-def server_for(cfg: Any, arm_name: str, clients: int, out: Path, params: Path):
-    """A started server for ``arm_name`` with ``clients`` slots (a context manager)."""
-    from adaspark.schema import check_arm
-    from adaspark.serving.llama_server import (
-        ServerProcess,
-        clean_env,
-        llama_server_process,
-        spec_from_config,
-    )
-    from adaspark.serving.main import MainArgs, ServeOptions, free_port, main_argv
-
-    arm = check_arm(cfg.arms[arm_name], f"arms.{arm_name}")
-    log = out / "logs" / f"{arm_name}-{clients}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    if arm.engine == "llama-server":
-        spec = spec_from_config(cfg, arm, port=port, parallel=clients)
-        return llama_server_process(spec, log, startup_timeout_s=900)
-    opts = ServeOptions(port=port, store=out / "stores" / arm_name, max_concurrent=clients,
-                        max_queue=max(64, clients), busy_wait_s=3600.0)
-    argv = [sys.executable, "-m", "adaspark.serving.main",
-            *main_argv(MainArgs(params, arm_name, False, opts))]
-    return ServerProcess(argv, port=port, log_path=log, env=clean_env(exact=False),
-                         startup_timeout_s=900)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,87 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--source", choices=["short+specbench", "specbench"],
+                    default="short+specbench")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "benchmarks" / "load")
     ap.add_argument("--testset", type=Path, default=REPO / "runs" / "testset")
     args, overrides = ap.parse_known_args(argv)
-    from omegaconf import OmegaConf
+    from adaspark.config import compose
+    from adaspark.runs.load import LoadSettings, run_points
 
-    from adaspark import provenance
-    from adaspark.config import compose, to_dict
-    from adaspark.io import write_json, write_text
-
-    cfg = compose(overrides)
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    params = out / "params.yaml"
-    OmegaConf.save(OmegaConf.create(to_dict(cfg)), params)
-    texts = prompts(args.testset, args.requests)
-    clients = [int(x) for x in args.clients.split(",")]
-    rates = [float(x) for x in args.rates.split(",")] if args.mode == "open" else [0.0]
-    points_csv, requests_csv = out / "points.csv", out / "requests.csv"
-    done = []
-    if points_csv.is_file():
-        with points_csv.open() as f:
-            done = list(csv.DictReader(f))
-    have = {tuple(str(r[k]) for k in POINT_KEYS) for r in done}
-    meta = {"settings": vars(args) | {"out": str(out), "testset": str(args.testset)},
-            "overrides": overrides, "target": cfg.target.name, "drafter": cfg.drafter.name,
-            "llama": provenance.llama_build(), "versions": provenance.versions(),
-            "machine": {"cpus": os.cpu_count(), "host": os.uname().nodename}}
-    write_json(out / "load.json", meta)
-    points = list(done)
-    for arm in args.arms.split(","):
-        for n in clients:
-            for rate in rates:
-                key = {"arm": arm, "mode": args.mode, "clients": n, "rate": rate,
-                       "requests": args.requests, "max_tokens": args.max_tokens}
-                if tuple(str(key[k]) for k in POINT_KEYS) in have:
-                    continue
-                print(f"load: {arm} N={n}" + (f" rate={rate}/s" if rate else ""), flush=True)
-                with server_for(cfg, arm, n, out, params) as srv:
-                    if args.mode == "closed":
-                        rows = closed_loop(srv.url, texts, n, args.max_tokens)
-                    else:
-                        rows = open_loop(srv.url, texts, rate, args.max_tokens, args.seed)
-                s = summarise(rows)
-                points.append(key | s)
-                print(f"  {s['aggregate_tps']:.2f} tok/s aggregate, "
-                      f"{s['answered']}/{len(rows)} answered", flush=True)
-                _append_csv(requests_csv, [key | r for r in rows])
-                write_text(points_csv, _csv_text(points))
-    print(_screen(points))
+    settings = LoadSettings(
+        arms=tuple(args.arms.split(",")), clients=tuple(int(x) for x in args.clients.split(",")),
+        rates=tuple(float(x) for x in args.rates.split(",")), requests=args.requests,
+        max_tokens=args.max_tokens, source=args.source, mode=args.mode, seed=args.seed)
+    run_points(compose(overrides), settings, args.out, args.testset)
     return 0
-
-
-def _csv_text(rows: list[dict]) -> str:
-    import io
-
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols)
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
-def _append_csv(path: Path, rows: list[dict]) -> None:
-    from adaspark.io import write_text
-
-    old = path.read_text() if path.is_file() else ""
-    new = _csv_text(rows)
-    write_text(path, old + (new.split("\n", 1)[1] if old else new))
-
-
-def _screen(points: list[dict]) -> str:
-    lines = [f"{'arm':<16}{'N':>3}{'rate':>6}{'agg tok/s':>11}{'dec p50':>9}{'ttft p99':>10}"
-             f"{'itl p99':>9}{'rows/step':>10}"]
-    fmt = lambda v, p=2: "-" if v in (None, "") else f"{float(v):.{p}f}"  # noqa: E731
-    for p in points:
-        lines.append(f"{p['arm']:<16}{p['clients']:>3}{fmt(p['rate'], 1):>6}"
-                     f"{fmt(p['aggregate_tps']):>11}{fmt(p['decode_tps_p50']):>9}"
-                     f"{fmt(p['ttft_p99_s']):>10}{fmt(p['itl_p99_s'], 3):>9}"
-                     f"{fmt(p['rows_per_step'], 1):>10}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

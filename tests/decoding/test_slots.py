@@ -6,12 +6,15 @@ when its request ends."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from adaspark.decoding.drafter.draft_model import DraftModelDrafter
 from adaspark.decoding.loop import RequestSession, generate
 from adaspark.decoding.sampling import SamplingParams
 from adaspark.decoding.slots import Batch, SlotTarget, slot_rows
+from adaspark.rules.adaspark.batch import BatchChoiceOptions, BatchChooser
 from adaspark.rules.adaspark.rule import AdaSparkRule
 from adaspark.rules.base import make_rule
 
@@ -57,7 +60,10 @@ def _run_together(target, drafters, prompts, arm: str, sampled: bool
                   ) -> tuple[Batch, dict[int, RequestSession], int]:
     """Every prompt through one :class:`Batch`: two start together, the others join as slots
     free up (continuous batching), the fourth leaves after three steps."""
-    batch = Batch(target, drafters, 4)
+    # "adaspark-divided": the batch rule divides each step's rows once its cost law is fitted
+    divider = (BatchChooser(BatchChoiceOptions(min_steps=4, refit_every=2))
+               if arm == "adaspark-divided" else None)
+    batch = Batch(target, drafters, 4, divider=divider)
 
     def rule():
         return make_rule("chain", positions=3) if arm == "chain3" else AdaSparkRule()
@@ -80,14 +86,20 @@ def _run_together(target, drafters, prompts, arm: str, sampled: bool
     return batch, sessions, cancelled
 
 
-@pytest.mark.parametrize("arm", ["chain3", "adaspark"])
+@pytest.mark.parametrize("arm", ["chain3", "adaspark", "adaspark-divided"])
 def test_batched_replies_equal_their_plain_decodes(tiny_target, shared, arm) -> None:
-    """Greedy: each reply equals its plain decode, or first differs from it at a near tie."""
+    """Greedy: each reply equals its plain decode, or first differs from it at a near tie; also
+    when the batch rule divides the steps' rows (some steps divided)."""
     target, drafters = shared
     prompts = [target.tokenize(p) for p in PROMPTS]
     plain = [_plain(tiny_target, p, n, None) for p, n in zip(prompts, LENGTHS, strict=True)]
     batch, sessions, cancelled = _run_together(target, drafters, prompts, arm, False)
     assert max(len(s.slots) for s in batch.steps) >= 3  # requests did share steps
+    if arm == "adaspark-divided":
+        divided = [s for s in batch.steps if s.shares is not None]
+        assert divided and all(r <= c for s in divided
+                               for r, c in zip(s.rows, s.shares, strict=True))
+        assert all(s.predicted_s is not None for s in divided)
     near_ties = 0
     for i, s in sessions.items():
         want, gaps = plain[i]
@@ -109,16 +121,51 @@ def test_batched_replies_equal_their_plain_decodes(tiny_target, shared, arm) -> 
 
 
 def test_a_seed_reproduces_under_load(tiny_target, shared) -> None:
-    """Sampled requests in one batch each keep their own keyed stream: the same load gives the
-    same texts, and most replies are their plain sampled decode's text (a reply may leave it
-    where the shared cache's cell order moved the logits across a draw's boundary, as a greedy
-    reply may at a near tie: see :mod:`adaspark.decoding.slots`)."""
+    """Sampled requests in one batch each keep their own keyed stream: the same load on the same
+    cache gives the same texts, and most replies are their plain sampled decode's text (a reply
+    may leave it where the shared cache's cell order moved the logits across a draw's boundary,
+    as a greedy reply may at a near tie: see :mod:`adaspark.decoding.slots`)."""
     target, drafters = shared
     prompts = [target.tokenize(p) for p in PROMPTS]
     plain = [_plain(tiny_target, p, n, _sampling(i))[0]
              for i, (p, n) in enumerate(zip(prompts, LENGTHS, strict=True))]
-    _, one, _ = _run_together(target, drafters, prompts, "adaspark", True)
-    _, two, _ = _run_together(target, drafters, prompts, "adaspark", True)
+    texts = []
+    for _ in range(2):  # the same load on the same cache (cleared): the same cell layout
+        target.reset()
+        for slot in target.slots:
+            slot.reset()
+        texts.append(_run_together(target, drafters, prompts, "adaspark", True)[1])
+    one, two = texts
     assert [s.tokens for s in one.values()] == [s.tokens for s in two.values()]
     same = sum(s.tokens == plain[i][: len(s.tokens)] for i, s in one.items())
     assert same >= len(PROMPTS) - 2
+
+
+class _Offering(AdaSparkRule):
+    """AdaSpark asked for its offer before each plan, as a shared step asks."""
+
+    offers: list[list[float]]
+
+    def plan(self, state, block):
+        if block is not None:
+            g = self.offer(state, block)
+            assert g is not None and len(g) <= state.max_rows - 1
+            assert all(b <= a for a, b in itertools.pairwise(g))  # best first
+            self.offers = [*getattr(self, "offers", []), g]
+        return super().plan(state, block)
+
+
+def test_an_offer_before_the_plan_changes_nothing(tiny_target, shared) -> None:
+    """The offer computes the round's order once and the plan reuses it: the same trees, the
+    same text, round for round."""
+    _, drafters = shared
+    prompt = tiny_target.tokenize(PROMPTS[0])
+    runs = []
+    for cls in (AdaSparkRule, _Offering):
+        rule = cls()
+        for _ in range(2):  # the second request starts from the first one's store
+            s = generate(tiny_target, prompt, 24, rule, drafters[0], 4, want_trace=True)
+        runs.append((s.tokens, [r.rows for r in s.records]))
+        if cls is _Offering:
+            assert rule.offers and any(len(g) > 0 for g in rule.offers)
+    assert runs[0] == runs[1]

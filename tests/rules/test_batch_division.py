@@ -100,3 +100,32 @@ def test_bad_input_is_named():
         divide_rows([GAINS, GAINS], [9, 9], [10, 10], KNEE, max_rows=1)
     with pytest.raises(ValueError, match="at least 3 recorded steps"):
         BatchCostLaw.fit([[1]], [[10]], [0.01])
+
+
+def test_the_online_chooser_learns_the_knee_and_then_narrows_as_the_batch_grows():
+    """Steps timed by the known knee law (with 2% noise) at random rows: the chooser divides
+    nothing before its first fit, then recovers the law and divides as the known answers say,
+    at its long-run rate (tokens per second of the steps it saw)."""
+    from adaspark.rules.adaspark.batch import BatchChoiceOptions, BatchChooser
+
+    rng = np.random.default_rng(0)
+    chooser = BatchChooser(BatchChoiceOptions(min_steps=24, refit_every=8, window=256,
+                                              half_life_steps=32.0))
+    assert chooser.divide([GAINS] * 2, [9, 9], [100, 100]) is None
+    for _ in range(64):
+        n = int(rng.integers(1, 5))
+        rows = [int(r) for r in rng.integers(1, 10, size=n)]
+        contexts = [100] * n
+        t = KNEE.time(rows, contexts) * float(rng.normal(1.0, 0.02))
+        chooser.observe(rows, contexts, t, tokens=int(sum(rows)) // 2 + n)
+    law = chooser.law
+    assert law is not None and abs(law.knee - KNEE.knee) <= 1
+    assert law.slope == pytest.approx(KNEE.slope, rel=0.25)
+    assert chooser.predict([4, 4], [100, 100]) == pytest.approx(0.010, rel=0.1)
+    wide = chooser.divide([GAINS] * 1, [9], [100])
+    narrow = chooser.divide([GAINS] * 8, [9] * 8, [100] * 8)
+    assert wide is not None and narrow is not None
+    # one request takes the knee's free rows; eight are past it at their anchors, where a row
+    # must pay rho * slope (rho near 400 tokens/s here: only the best two gains pay)
+    assert sum(wide) >= KNEE.knee - 1
+    assert max(narrow) <= 3 < max(wide)

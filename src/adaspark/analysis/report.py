@@ -410,6 +410,10 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
         from adaspark.analysis.sampling import sampling_section
 
         sections.append(sampling_section(records, options))
+    if ((params.get("load") or {}).get("arms")):  # a preset with load points (preset=load)
+        from adaspark.analysis.load import load_section
+
+        sections.append(load_section(runs / "load"))
     sections.append(_why_section(records, {t["name"]: t for t in tables}, params))
     sections.append(Section("Tables").p(
         "Tables 1-10 of the paper; Tables 11-15 are its prose and are left out."

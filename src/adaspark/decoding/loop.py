@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from adaspark.decoding.drafter.base import Block, Drafter
@@ -198,39 +198,52 @@ def emitted_tokens(new: list[int], room: int, is_eog: Callable[[int], bool]
 
 @dataclass
 class OpenRound:
-    """A round up to its verify (:func:`open_round`): the state it planned in, the block, the plan,
-    where its clock started, the planning time (``fixed_s``) and the anchor's position and token
-    (read before the verify: the world's ``committed`` grows when it commits)."""
+    """A round up to its verify (:func:`open_round`): the state it plans in, the block, the plan
+    (None until :func:`plan_round`), where its clock started, the planning time (``fixed_s``) and
+    the anchor's position and token (read before the verify: the world's ``committed`` grows
+    when it commits)."""
 
     state: RoundState
     block: Block | None
-    plan: RoundPlan
     t_round: float
-    fixed_s: float
     anchor_pos: int
     anchor: int
+    plan: RoundPlan | None = None
+    fixed_s: float = 0.0
 
     @property
     def index(self) -> int:
         return self.state.round_index
 
 
-def open_round(world: RoundWorld, session: RequestSession, block_positions: int) -> OpenRound:
-    """Algorithm 1, lines 5-8, for ``session`` in ``world``: whether to draft, the block and the
-    rule's plan of the verify tree."""
+def draft_round(world: RoundWorld, session: RequestSession, block_positions: int) -> OpenRound:
+    """Algorithm 1, lines 5-6, for ``session`` in ``world``: whether to draft, and the block."""
     rule = session.rule
     committed = world.committed
     state = RoundState(committed=committed, round_index=session.rounds,
                        max_rows=world.max_rows, block_positions=block_positions)
     t_round = time.perf_counter()
-    anchor_pos, anchor = len(committed) - 1, int(committed[-1])
-    block = None
+    opened = OpenRound(state, None, t_round, len(committed) - 1, int(committed[-1]))
     if world.drafts and rule.uses_drafter and rule.wants_block(state):
         room = room_left(world.n_ctx, len(committed))
-        block = world.draft(max(1, min(rule.block_positions(block_positions), room)))
-    plan = rule.plan(state, block)
-    return OpenRound(state, block, plan, t_round, time.perf_counter() - t_round, anchor_pos,
-                     anchor)
+        opened.block = world.draft(max(1, min(rule.block_positions(block_positions), room)))
+    return opened
+
+
+def plan_round(session: RequestSession, opened: OpenRound, max_rows: int | None = None
+               ) -> OpenRound:
+    """Algorithm 1, lines 7-8: the rule's plan of the verify tree, within ``max_rows`` rows
+    when a shared step gave this request a share (:mod:`adaspark.decoding.slots`)."""
+    if max_rows is not None:
+        opened.state = replace(opened.state, max_rows=max_rows)
+    opened.plan = session.rule.plan(opened.state, opened.block)
+    opened.fixed_s = time.perf_counter() - opened.t_round
+    return opened
+
+
+def open_round(world: RoundWorld, session: RequestSession, block_positions: int) -> OpenRound:
+    """Algorithm 1, lines 5-8: :func:`draft_round` then :func:`plan_round`."""
+    return plan_round(session, draft_round(world, session, block_positions))
 
 
 def close_round(world: RoundWorld, session: RequestSession, opened: OpenRound, v: Verified,
@@ -240,6 +253,7 @@ def close_round(world: RoundWorld, session: RequestSession, opened: OpenRound, v
     starts (the end of the previous round). Returns the tokens the reply got and sets
     ``session.stop`` when the reply ends here."""
     plan, block, state = opened.plan, opened.block, opened.state
+    assert plan is not None, "close_round after plan_round"
     emitted, eog = emitted_tokens(v.new, max_tokens - len(session.tokens), world.is_eog)
     if eog:
         session.stop = "eog"
@@ -270,6 +284,7 @@ def step_round(world: RoundWorld, session: RequestSession, max_tokens: int,
     world's verify, :func:`close_round`. Several requests served together open their rounds,
     verify every plan in one step and close each (:mod:`adaspark.decoding.slots`)."""
     opened = open_round(world, session, block_positions)
+    assert opened.plan is not None
     v = world.verify(opened.plan, opened.block, opened.index)
     return close_round(world, session, opened, v, max_tokens, since)
 

@@ -10,7 +10,7 @@ name, live in :mod:`adaspark.rules`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -213,6 +213,14 @@ class WidthRule(ABC):
     def block_positions(self, default: int) -> int:
         """Positions to draft this round (the drafter's B unless the rule uses fewer)."""
         return default
+
+    def offer(self, state: RoundState, block: Block | None) -> Sequence[float] | None:
+        """For a verify shared by several requests (:mod:`adaspark.decoding.slots`): the expected
+        committed tokens each further row would add to this round's tree, best first (the 2nd
+        row, the 3rd, ...), before :meth:`plan`; the step divides its rows between the requests
+        by them and plans each round under its share (``state.max_rows``). None (the default):
+        the rule keeps its own width (a pinned, chain or plain rule batches with it)."""
+        return None
 
     @abstractmethod
     def plan(self, state: RoundState, block: Block | None) -> RoundPlan: ...

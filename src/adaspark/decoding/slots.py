@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from adaspark.decoding.drafter.base import Drafter
 from adaspark.decoding.engine import EngineError, Target, VerifyResult
@@ -44,7 +45,8 @@ from adaspark.decoding.loop import (
     EngineWorld,
     RequestSession,
     close_round,
-    open_round,
+    draft_round,
+    plan_round,
 )
 from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST, Tree
 
@@ -150,6 +152,21 @@ class SlotTarget(Target):
         return out
 
 
+class RowDivider(Protocol):
+    """Divides a shared step's rows between its requests (AdaSpark's batch rule,
+    :class:`adaspark.rules.adaspark.batch.BatchChooser`) and learns the step's cost."""
+
+    def divide(self, gains: Sequence[Sequence[float]], caps: Sequence[int],
+               contexts: Sequence[int]) -> Sequence[int] | None:
+        """Rows per request (anchor included), or None to let each rule choose alone."""
+        ...
+
+    def predict(self, rows: Sequence[int], contexts: Sequence[int]) -> float | None: ...
+
+    def observe(self, rows: Sequence[int], contexts: Sequence[int], seconds: float,
+                tokens: int) -> None: ...
+
+
 @dataclass
 class Active:
     """A request decoding in a slot: its world (the slot, its drafter, its sampling), session,
@@ -168,14 +185,22 @@ class Active:
 
 @dataclass
 class StepRecord:
-    """One step: the requests in it (slot and rows each), its rows in all, and its times."""
+    """One step: the requests in it (slot and rows each), its rows in all, and its times: the
+    verify (``verify_s``: staging, the decode, the read-out), the target's ``llama_decode`` in it
+    (``decode_s``), the drafters' blocks (``draft_s``) and the whole step (``step_s``; the host's
+    own part is ``step_s - decode_s - draft_s``)."""
 
     slots: list[int]
     rows: list[int]
     verify_s: float
     decode_s: float
     step_s: float
+    draft_s: float = 0.0
     contexts: list[int] = field(default_factory=list)
+    #: the rows the divider gave each request (None: each rule chose alone) and the step's
+    #: verify time its cost law predicted for the rows verified
+    shares: list[int] | None = None
+    predicted_s: float | None = None
 
     @property
     def total_rows(self) -> int:
@@ -187,7 +212,8 @@ class Batch:
     with its own drafter (or none) and the session's own rule."""
 
     def __init__(self, target: SlotTarget, drafters: Sequence[Drafter | None],
-                 block_positions: int, *, want_gaps: bool = False) -> None:
+                 block_positions: int, *, want_gaps: bool = False,
+                 divider: RowDivider | None = None) -> None:
         if len(drafters) != len(target.slots):
             raise ValueError(f"{len(target.slots)} slots need as many drafters (or None), "
                              f"not {len(drafters)}")
@@ -195,6 +221,7 @@ class Batch:
         self.drafters = list(drafters)
         self.block_positions = block_positions
         self.want_gaps = want_gaps
+        self.divider = divider
         self.active: dict[int, Active] = {}
         self.steps: list[StepRecord] = []
 
@@ -257,13 +284,19 @@ class Batch:
             return []
         t0 = time.perf_counter()
         order = sorted(self.active.values(), key=lambda a: a.slot.index)
-        opened = [open_round(a.world, a.session, self.block_positions) for a in order]
-        results = self.target.step([(a.slot, o.plan.tree) for a, o in zip(order, opened,
-                                                                         strict=True)],
+        opened = [draft_round(a.world, a.session, self.block_positions) for a in order]
+        shares = self._shares(order, opened)
+        for k, (a, o) in enumerate(zip(order, opened, strict=True)):
+            plan_round(a.session, o, None if shares is None else shares[k])
+        trees = [o.plan.tree for o in opened if o.plan is not None]
+        results = self.target.step(list(zip([a.slot for a in order], trees, strict=True)),
                                    want_gaps=self.want_gaps)
         ended = []
+        committed = 0
         for a, o, res in zip(order, opened, results, strict=True):
+            assert o.plan is not None
             v = a.world.commit(o.plan, res)
+            committed += len(v.new)
             emitted = close_round(a.world, a.session, o, v, a.max_tokens, a.since)
             a.since = time.perf_counter()
             if a.on_tokens is not None and emitted:
@@ -271,12 +304,34 @@ class Batch:
             s = a.session
             if s.stop in ("eog", "context") or len(s.tokens) >= a.max_tokens:
                 ended.append(a)
+        rows = [t.n_rows for t in trees]
+        contexts = [o.anchor_pos + 1 for o in opened]
+        verify_s = results[0].verify_s
+        predicted = None
+        if self.divider is not None:
+            predicted = self.divider.predict(rows, contexts)
+            self.divider.observe(rows, contexts, verify_s, committed)
         self.steps.append(StepRecord(
-            slots=[a.slot.index for a in order], rows=[o.plan.tree.n_rows for o in opened],
-            verify_s=results[0].verify_s, decode_s=results[0].decode_s,
-            step_s=time.perf_counter() - t0,
-            contexts=[o.anchor_pos + 1 for o in opened]))
+            slots=[a.slot.index for a in order], rows=rows, verify_s=verify_s,
+            decode_s=results[0].decode_s, step_s=time.perf_counter() - t0,
+            draft_s=sum(o.block.draft_s for o in opened if o.block is not None),
+            contexts=contexts, shares=None if shares is None else list(shares),
+            predicted_s=predicted))
         for a in ended:
             self.finish(a)
         return ended
+
+    def _shares(self, order: list[Active], opened: list) -> Sequence[int] | None:
+        """The divider's rows per request from each rule's offer (None: each rule chooses
+        alone, as when a rule offers nothing or the divider has no cost law yet)."""
+        if self.divider is None:
+            return None
+        # a round without a block verifies its anchor alone: it offers no further row
+        offers = [[] if o.block is None else a.session.rule.offer(o.state, o.block)
+                  for a, o in zip(order, opened, strict=True)]
+        if any(g is None for g in offers):
+            return None
+        return self.divider.divide([list(g) for g in offers if g is not None],
+                                   [a.slot.max_rows for a in order],
+                                   [o.anchor_pos + 1 for o in opened])
 

@@ -11,8 +11,10 @@ engine thread that admits, steps and ends requests between steps (continuous bat
   verify's and the cost model learns verifies only.
 - A client that leaves (its job's ``cancel`` set) is ended at the next step; a queued one is
   dropped.
-- :meth:`BatchRunner.metrics` (``GET /health``): slots, active requests, queue length, steps and
-  the rows of the last steps; the engine thread logs them every ``LOG_EVERY_S`` seconds.
+- :meth:`BatchRunner.metrics` (``GET /health``): slots, active requests, queue length, steps, and
+  over the last steps the rows and requests per step and the step's time split into the target's
+  ``llama_decode``, the drafters' blocks and the host's own part per request (rules, staging,
+  read-out, commits); the engine thread logs them every ``LOG_EVERY_S`` seconds.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adaspark.decoding.engine import NEAR_TIE_GAP
+from adaspark.decoding.round import WidthRule
 from adaspark.decoding.slots import Active, Batch
+from adaspark.rules.adaspark.batch import BatchChooser
 from adaspark.serving.requests import RequestError
 from adaspark.serving.service import ArmService, Job, JobResult, Reply
 
@@ -61,7 +65,11 @@ def start_runner(service: ArmService, *, max_queue: int, queue_wait_s: float) ->
     reply's ``timings.near_ties`` counts its tokens whose top-2 logit gap is under 0.5: where a
     reply may leave its one-at-a-time text (:mod:`adaspark.decoding.slots`)."""
     p = service.parts
-    batch = Batch(p.target, p.drafters, p.block_positions, want_gaps=service.exact)
+    # a rule that offers its rows' expected tokens (AdaSpark's learned widths) has its steps
+    # divided by the batch rule; pinned, chain and plain rules batch with their own widths
+    offers = type(p.rule).offer is not WidthRule.offer
+    batch = Batch(p.target, p.drafters, p.block_positions, want_gaps=service.exact,
+                  divider=BatchChooser() if offers else None)
     service.runner = BatchRunner(service, batch, max_queue=max_queue, queue_wait_s=queue_wait_s)
     return service.runner
 
@@ -84,6 +92,9 @@ class BatchRunner:
         self.last_log = time.monotonic()
         self.recent_rows: deque[int] = deque(maxlen=RECENT_STEPS)
         self.recent_active: deque[int] = deque(maxlen=RECENT_STEPS)
+        #: (step, target decode, drafting) seconds of the recent steps
+        self.recent_times: deque[tuple[float, float, float]] = deque(maxlen=RECENT_STEPS)
+        self.recent_errors: deque[float] = deque(maxlen=RECENT_STEPS)
         self.thread = threading.Thread(target=self._loop, name="engine-batch", daemon=True)
         self.thread.start()
 
@@ -106,11 +117,21 @@ class BatchRunner:
         with self.lock:
             rows = list(self.recent_rows)
             act = list(self.recent_active)
-            return {"slots": len(self.batch.target.slots), "active": len(self.running),
-                    "queued": len(self.queue), "max_queue": self.max_queue,
-                    "steps": self.n_steps,
-                    "rows_per_step": sum(rows) / len(rows) if rows else None,
-                    "active_per_step": sum(act) / len(act) if act else None}
+            times = list(self.recent_times)
+            errors = list(self.recent_errors)
+        mean = (lambda xs: sum(xs) / len(xs) if xs else None)  # noqa: E731
+        host = [(s - d - dr) / a for (s, d, dr), a in zip(times, act, strict=True)]
+        return {"slots": len(self.batch.target.slots), "active": len(self.running),
+                "queued": len(self.queue), "max_queue": self.max_queue,
+                "steps": self.n_steps, "rows_per_step": mean(rows),
+                "active_per_step": mean(act),
+                "step_ms": mean([t[0] * 1e3 for t in times]),
+                "decode_ms_per_step": mean([t[1] * 1e3 for t in times]),
+                "draft_ms_per_step": mean([t[2] * 1e3 for t in times]),
+                "host_us_per_request_step": mean([h * 1e6 for h in host]),
+                # the batch rule's cost law: its median relative error on the recent steps
+                "step_cost_median_error": (sorted(errors)[len(errors) // 2] if errors
+                                           else None)}
 
     def stop(self) -> None:
         with self.lock:
@@ -230,6 +251,9 @@ class BatchRunner:
             self.n_steps += 1
             self.recent_rows.append(rec.total_rows)
             self.recent_active.append(len(rec.slots))
+            self.recent_times.append((rec.step_s, rec.decode_s, rec.draft_s))
+            if rec.predicted_s is not None and rec.verify_s > 0:
+                self.recent_errors.append(abs(rec.predicted_s / rec.verify_s - 1.0))
         for k in rec.slots:
             r = self.running.get(k)
             if r is not None:

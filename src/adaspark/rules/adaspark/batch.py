@@ -26,6 +26,16 @@ rate the run earns) one pass decides; without one, Dinkelbach's iteration (``rho
 own tokens per second at the last division, until it stops rising) finds the division of the
 highest tokens per second of the step. Past the knee each row costs ``rho * slope`` more, so the
 division narrows as the batch grows (the test's known answer).
+
+**Online** (:class:`BatchChooser`, what a server with several slots runs for AdaSpark's arms):
+every step's rows per request, contexts, verify time and committed tokens are recorded; the law is
+refitted every ``refit_every`` steps over the last ``window`` steps, once ``min_steps`` are
+recorded with at least two different row totals; the long-run rate is the committed tokens over
+the verify seconds of the recent steps, exponentially weighted (half-life ``half_life_steps``
+steps). Until the first fit it divides nothing (each request's own rule chooses its width under
+its slot's cap); from then on each step is divided at the long-run rate. The objective is the
+server's throughput (committed tokens per second of verify); no per-request latency bound is
+offered yet.
 """
 
 from __future__ import annotations
@@ -163,3 +173,59 @@ def divide_rows(gains: Sequence[Sequence[float]], caps: Sequence[int], contexts:
             break
         current, price = nxt, nxt.tokens_per_s
     return current
+
+
+@dataclass(frozen=True)
+class BatchChoiceOptions:
+    """The online batch chooser's constants (:class:`BatchChooser`)."""
+
+    min_steps: int = 16
+    refit_every: int = 16
+    window: int = 512
+    half_life_steps: float = 64.0
+
+
+class BatchChooser:
+    """The online division of a shared step's rows (module docstring, "Online"); the
+    :class:`~adaspark.decoding.slots.RowDivider` of a server with several slots."""
+
+    def __init__(self, options: BatchChoiceOptions | None = None) -> None:
+        self.options = options or BatchChoiceOptions()
+        self.rows: list[tuple[int, ...]] = []
+        self.contexts: list[tuple[int, ...]] = []
+        self.seconds: list[float] = []
+        self.law: BatchCostLaw | None = None
+        self.n_steps = 0
+        self._tokens = 0.0  # exponentially weighted committed tokens and verify seconds
+        self._secs = 0.0
+
+    @property
+    def rate(self) -> float | None:
+        """The long-run rate: committed tokens per second of verify (weighted)."""
+        return self._tokens / self._secs if self._secs > 0 else None
+
+    def divide(self, gains: Sequence[Sequence[float]], caps: Sequence[int],
+               contexts: Sequence[int]) -> tuple[int, ...] | None:
+        rho = self.rate
+        if self.law is None or rho is None:
+            return None
+        return divide_rows(gains, caps, contexts, self.law, rho=rho).rows
+
+    def predict(self, rows: Sequence[int], contexts: Sequence[int]) -> float | None:
+        return None if self.law is None else self.law.time(rows, contexts)
+
+    def observe(self, rows: Sequence[int], contexts: Sequence[int], seconds: float,
+                tokens: int) -> None:
+        o = self.options
+        decay = 0.5 ** (1.0 / o.half_life_steps)
+        self._tokens = self._tokens * decay + tokens
+        self._secs = self._secs * decay + seconds
+        self.rows.append(tuple(rows))
+        self.contexts.append(tuple(contexts))
+        self.seconds.append(float(seconds))
+        if len(self.seconds) > o.window:
+            del self.rows[0], self.contexts[0], self.seconds[0]
+        self.n_steps += 1
+        if (len(self.seconds) >= o.min_steps and self.n_steps % o.refit_every == 0
+                and len({sum(r) for r in self.rows}) >= 2):
+            self.law = BatchCostLaw.fit(self.rows, self.contexts, self.seconds)

@@ -138,6 +138,8 @@ class AdaSparkRule(WidthRule):
         #: Host time per phase (seconds), accumulated when set to a dict (the benchmark).
         self.profile: dict[str, float] | None = None
         self._t = 0.0
+        #: this round's candidates and order (:meth:`_ordered`), kept from offer to plan
+        self._ordered_cache: tuple[tuple[int, int], tuple[CandidateSet, tuple]] | None = None
 
     def _tick(self, phase: str | None) -> None:
         """Charge the time since the last tick to ``phase`` (``None``: start the clock)."""
@@ -226,31 +228,14 @@ class AdaSparkRule(WidthRule):
             return AdaSparkPlan(chain_tree(state.anchor, []), None, [], why=why,
                                 info={"width": 1}, round=rc)
         cfg = self.cfg
-        a = cfg.acceptance_model
-        self._tick(None)
-        cands = from_block(block)
-        self._tick("order")
-        if self.ngram_on:
-            add_chains(self.index, cands, cfg.ngram_fill.chain_depth_limit, state.max_rows - 1,
-                       a.run_edges)
-        self._tick("ngram")
-        # lines 5-6 in one kernel: the features, q (head-based, and Eq. 6 under the guard),
-        # Prop. 1's order, S and S_ng
+        cands, ordered = self._ordered(state, block)
+        self._ordered_cache = None
+        (lh, ls, logr, q_head, q_model, coef, base, is_ng, order_arr, S, s_ng, rank) = ordered
         n = len(cands)
         model = self.model
         u = c / cfg.cost_model.context_basis_unit
         priced = model is not None and model.prices()
         buf = cands.buffers()
-        (lh, ls, logr, q_head, q_model, coef, base, is_ng, order_arr, S, s_ng,
-         rank) = _round_order(
-            np.ascontiguousarray(block.probs, dtype=np.float64),
-            np.ascontiguousarray(block.confidence, dtype=np.float64), a.logit_eps, a.log_r_floor,
-            buf["parent"][:n], buf["kind"][:n], buf["agreed"][:n], buf["evidence"][:n],
-            buf["run"][:n], buf["contra"][:n], buf["src_p"][:n], buf["head_q"][:n],
-            cands.n_drafted, max(cands.K, 1), self.head.b if self.head_offset_on else 0.0,
-            model is not None, model.w if model is not None else _NO_WEIGHTS,
-            model.b if model is not None else 0.0, u, a.run_edges[0], a.run_edges[1], priced,
-            self.agreed_counts)
         feats = Features(lh=lh, ls=ls, logr=logr)
         rc = RoundContext(context=c, drafted=True, why="choice", width=0, cands=cands,
                           features=feats)
@@ -266,7 +251,7 @@ class AdaSparkRule(WidthRule):
         self._tick("order")
         width = self._choose_width(state, rc)
         self._bounded_measuring = rc.why == "cold-start"
-        keep = min(width - 1, n)
+        keep = min(width - 1, n, state.max_rows - 1)  # within a shared step's share
         has_ngram = self.ngram_on and len(cands) > cands.n_drafted
         if cfg.ngram_fill.exploration_counts == "all_tree_rounds" or has_ngram:
             self.exploration_clock += 1
@@ -287,6 +272,54 @@ class AdaSparkRule(WidthRule):
         self._tick("layout")
         return AdaSparkPlan(tree, cands, rows, why=rc.why,
                             info={"width": tree.n_rows, "S": s_all}, round=rc)
+
+    def _ordered(self, state: RoundState, block: Block) -> tuple[CandidateSet, tuple]:
+        """Lines 5-6 for this round: the candidates (the block and the n-gram chains) and
+        :func:`_round_order`'s arrays, computed once per round whether :meth:`offer` or
+        :meth:`plan` asks first (the n-gram chains are added up to the rule's own widest
+        verify, so a smaller share of a shared step only cuts the tree)."""
+        key = (id(block), len(state.committed))
+        if self._ordered_cache is not None and self._ordered_cache[0] == key:
+            return self._ordered_cache[1]
+        cfg = self.cfg
+        a = cfg.acceptance_model
+        self._tick(None)
+        cands = from_block(block)
+        self._tick("order")
+        if self.ngram_on:
+            add_chains(self.index, cands, cfg.ngram_fill.chain_depth_limit,
+                       (self.max_rows or state.max_rows) - 1, a.run_edges)
+        self._tick("ngram")
+        # lines 5-6 in one kernel: the features, q (head-based, and Eq. 6 under the guard),
+        # Prop. 1's order, S and S_ng
+        n = len(cands)
+        model = self.model
+        u = state.context / cfg.cost_model.context_basis_unit
+        priced = model is not None and model.prices()
+        buf = cands.buffers()
+        ordered = _round_order(
+            np.ascontiguousarray(block.probs, dtype=np.float64),
+            np.ascontiguousarray(block.confidence, dtype=np.float64), a.logit_eps, a.log_r_floor,
+            buf["parent"][:n], buf["kind"][:n], buf["agreed"][:n], buf["evidence"][:n],
+            buf["run"][:n], buf["contra"][:n], buf["src_p"][:n], buf["head_q"][:n],
+            cands.n_drafted, max(cands.K, 1), self.head.b if self.head_offset_on else 0.0,
+            model is not None, model.w if model is not None else _NO_WEIGHTS,
+            model.b if model is not None else 0.0, u, a.run_edges[0], a.run_edges[1], priced,
+            self.agreed_counts)
+        self._ordered_cache = (key, (cands, ordered))
+        return cands, ordered
+
+    def offer(self, state: RoundState, block: Block | None) -> list[float] | None:
+        """The expected accepted tokens of each further row under Prop. 1's order (``S``'s
+        steps, made non-increasing), up to the rule's widest verify; None for a pinned width or
+        a round without a block (they keep their width in a shared step)."""
+        if block is None or self.pinned is not None:
+            return None
+        self._ensure(state.max_rows)
+        _, ordered = self._ordered(state, block)
+        S = ordered[9]
+        steps = np.maximum(np.diff(S)[: state.max_rows - 1], 0.0)
+        return np.minimum.accumulate(steps).tolist() if len(steps) else []
 
     def _width_without_ngram(self, rc: RoundContext) -> int | None:
         """Table 7's counterfactual width of this round (``chooser.width_without_ngram``);
