@@ -27,8 +27,8 @@ NEAR_TIE = 0.5
 
 def test_slot_rows_divides_the_sequences_and_exact_modes_budget() -> None:
     assert slot_rows(1, exact=False) == 64 and slot_rows(1, exact=True) == 63
-    assert slot_rows(4, exact=False) == 63 and slot_rows(4, exact=True) == 15
-    assert slot_rows(8, exact=False) == 31 and slot_rows(8, exact=True) == 7
+    assert slot_rows(4, exact=False) == 64 and slot_rows(4, exact=True) == 15
+    assert slot_rows(8, exact=False) == 32 and slot_rows(8, exact=True) == 7
     with pytest.raises(ValueError, match="fewer than 2 rows"):
         slot_rows(40, exact=True)
     with pytest.raises(ValueError, match="at least one slot"):
@@ -169,3 +169,32 @@ def test_an_offer_before_the_plan_changes_nothing(tiny_target, shared) -> None:
         if cls is _Offering:
             assert rule.offers and any(len(g) > 0 for g in rule.offers)
     assert runs[0] == runs[1]
+
+
+class _FailsOnThirdRound(type(make_rule("chain", positions=3))):  # type: ignore[misc]
+    """A chain rule whose third plan raises (a bug in one request's rule)."""
+
+    def plan(self, state, block):
+        if state.round_index == 2:
+            raise RuntimeError("this rule fails")
+        return super().plan(state, block)
+
+
+def test_one_requests_failing_rule_ends_it_and_not_the_others(tiny_target, shared) -> None:
+    target, drafters = shared
+    batch = Batch(target, drafters, 4)
+    prompts = [target.tokenize(p) for p in PROMPTS[:3]]
+    sessions = [RequestSession(make_rule("chain", positions=3), prompts[0], "ok0"),
+                RequestSession(_FailsOnThirdRound(positions=3), prompts[1], "bad"),
+                RequestSession(make_rule("chain", positions=3), prompts[2], "ok2")]
+    for s in sessions:
+        batch.admit(s, 12)
+    ended = []
+    while batch.active:
+        ended += batch.step()
+    bad = [a for a in ended if a.error is not None]
+    assert [a.session.request_id for a in bad] == ["bad"] and "this rule fails" in bad[0].error
+    assert bad[0].session.rounds == 2
+    for s in (sessions[0], sessions[2]):  # the others went on to their end
+        want = generate(tiny_target, s.prompt, 12, make_rule("ar")).tokens
+        assert s.tokens[:3] == want[:3] and (len(s.tokens) == 12 or s.stop == "eog")

@@ -2,8 +2,9 @@
 step for every active request's tree (issue 37; the paper's third open question, §7).
 
 Layout. llama.cpp gives a context at most 256 sequence ids (``LLAMA_MAX_SEQ``) over one unified
-KV cache. Slot ``k`` of ``n`` owns the ids ``[k m, (k+1) m)`` with ``m = 255 // n``: its committed
-prefix in the first, its trees' leaves in the others; id 255 is exact mode's padding row. A tree
+KV cache. Slot ``k`` of ``n`` owns the ids ``[k m, (k+1) m)`` with ``m = 256 // n`` (exact mode:
+``255 // n``, id 255 being its padding row): its committed prefix in the first, its trees'
+leaves in the others. A tree
 of ``r`` rows has at most ``r - 1`` leaves, so a slot's widest tree is ``m`` rows, and at most
 :data:`~adaspark.decoding.tree.MAX_ROWS_FAST` in fast mode. In exact mode a step holds at most
 :data:`~adaspark.decoding.tree.MAX_ROWS_EXACT` rows in all (the exact kernels' budget, HARNESS), so
@@ -59,12 +60,17 @@ _SHARED = ("path", "exact", "n_batch", "model", "vocab", "n_vocab", "ctx", "n_ct
            "on_committed_rows", "prefill_chunk", "pad_seq")
 
 
+def seq_ids_per_slot(n_slots: int, *, exact: bool) -> int:
+    """Sequence ids per slot: the context's 256, less exact mode's padding sequence."""
+    return (SEQ_BUDGET - (1 if exact else 0)) // n_slots
+
+
 def slot_rows(n_slots: int, *, exact: bool) -> int:
     """The widest verify (rows) of one of ``n_slots`` slots: its sequence ids' leaves, at most
     the engine's row cap, and in exact mode its share of the step's 63 rows."""
     if n_slots < 1:
         raise ValueError(f"a context needs at least one slot, not {n_slots}")
-    per_slot = (SEQ_BUDGET - 1) // n_slots
+    per_slot = seq_ids_per_slot(n_slots, exact=exact)
     cap = MAX_ROWS_EXACT // n_slots if exact else MAX_ROWS_FAST
     rows = min(per_slot, cap)
     if rows < 2:
@@ -106,8 +112,8 @@ class SlotTarget(Target):
         rows = slot_rows(n_slots, exact=exact)
         super().__init__(path, n_ctx, exact=exact, threads=threads, n_gpu_layers=n_gpu_layers,
                          n_seq_max=SEQ_BUDGET)
-        self.pad_seq = SEQ_BUDGET - 1
-        per = (SEQ_BUDGET - 1) // n_slots
+        self.pad_seq = SEQ_BUDGET - 1  # exact mode's only (a fast-mode slot may own it)
+        per = seq_ids_per_slot(n_slots, exact=exact)
         self.slots = [Slot(self, k, range(k * per, (k + 1) * per), rows)
                       for k in range(n_slots)]
 
@@ -181,6 +187,7 @@ class Active:
     since: float
     on_tokens: Callable[[list[int]], None] | None = None
     done: bool = False
+    error: str | None = None  # its rule or drafter failed (the request ended, the step went on)
 
 
 @dataclass
@@ -224,6 +231,7 @@ class Batch:
         self.divider = divider
         self.active: dict[int, Active] = {}
         self.steps: list[StepRecord] = []
+        self._failed: list[Active] = []
 
     def free_slots(self) -> list[int]:
         return [k for k in range(len(self.target.slots)) if k not in self.active]
@@ -278,16 +286,17 @@ class Batch:
 
     def step(self) -> list[Active]:
         """One round for every active request in one ``llama_decode``; returns the requests that
-        ended in it (their slots are free). A request's ``on_tokens`` must not raise: a client
+        ended in it (their slots are free), those whose own rule or drafter raised with
+        ``error`` set (the others' step goes on). A request's ``on_tokens`` must not raise: a client
         that leaves is ended by :meth:`finish` between steps."""
         if not self.active:
             return []
         t0 = time.perf_counter()
-        order = sorted(self.active.values(), key=lambda a: a.slot.index)
-        opened = [draft_round(a.world, a.session, self.block_positions) for a in order]
+        order, opened = self._draft(sorted(self.active.values(), key=lambda a: a.slot.index))
         shares = self._shares(order, opened)
-        for k, (a, o) in enumerate(zip(order, opened, strict=True)):
-            plan_round(a.session, o, None if shares is None else shares[k])
+        order, opened = self._plan(order, opened, shares)
+        if not order:
+            return self.failed_now()
         trees = [o.plan.tree for o in opened if o.plan is not None]
         results = self.target.step(list(zip([a.slot for a in order], trees, strict=True)),
                                    want_gaps=self.want_gaps)
@@ -315,11 +324,44 @@ class Batch:
             slots=[a.slot.index for a in order], rows=rows, verify_s=verify_s,
             decode_s=results[0].decode_s, step_s=time.perf_counter() - t0,
             draft_s=sum(o.block.draft_s for o in opened if o.block is not None),
-            contexts=contexts, shares=None if shares is None else list(shares),
+            contexts=contexts,
+            shares=None if shares is None or len(shares) != len(rows) else list(shares),
             predicted_s=predicted))
         for a in ended:
             self.finish(a)
-        return ended
+        return self.failed_now() + ended
+
+    def failed_now(self) -> list[Active]:
+        """The requests whose own rule or drafter failed in this step (ended, ``error`` set)."""
+        out, self._failed = self._failed, []
+        return out
+
+    def _fail(self, a: Active, e: Exception) -> None:
+        """End one request whose rule or drafter raised; the others keep their step."""
+        a.error = f"{type(e).__name__}: {e}"
+        self.finish(a, e)
+        self._failed.append(a)
+
+    def _draft(self, order: list[Active]) -> tuple[list[Active], list]:
+        kept, opened = [], []
+        for a in order:
+            try:
+                opened.append(draft_round(a.world, a.session, self.block_positions))
+                kept.append(a)
+            except Exception as e:
+                self._fail(a, e)
+        return kept, opened
+
+    def _plan(self, order: list[Active], opened: list, shares: Sequence[int] | None
+              ) -> tuple[list[Active], list]:
+        kept, planned = [], []
+        for k, (a, o) in enumerate(zip(order, opened, strict=True)):
+            try:
+                planned.append(plan_round(a.session, o, None if shares is None else shares[k]))
+                kept.append(a)
+            except Exception as e:
+                self._fail(a, e)
+        return kept, planned
 
     def _shares(self, order: list[Active], opened: list) -> Sequence[int] | None:
         """The divider's rows per request from each rule's offer (None: each rule chooses

@@ -84,7 +84,7 @@ class LoadSettings:
 
 POINT_KEYS = ["arm", "mode", "clients", "rate", "requests", "max_tokens", "source"]
 ROW_KEYS = ["status", "t_send", "t_done", "tokens", "ttft_s", "itl_s", "decode_tps", "queue_ms",
-            "rows_per_step", "companions"]
+            "rows_per_step", "companions", "error"]
 
 
 def prompts(testset: Path, n: int, source: str) -> list[str]:
@@ -119,12 +119,13 @@ def one_request(url: str, text: str, max_tokens: int) -> dict[str, Any]:
             r = c.chat([{"role": "user", "content": text}], max_tokens=max_tokens)
         except ServerReplyError as e:
             return dict.fromkeys(ROW_KEYS) | {"status": e.status, "t_send": t0,
-                                              "t_done": time.perf_counter(), "tokens": 0}
+                                              "t_done": time.perf_counter(), "tokens": 0,
+                                              "error": str(e)[:300]}
     n = r.completion_tokens
     itl = (r.decode_s / (r.n_token_events - 1)
            if r.decode_s is not None and r.n_token_events > 1 else None)
     tm = r.timings or {}
-    return {"status": 200, "t_send": r.t_request, "t_done": r.t_done, "tokens": n,
+    return {"status": 200, "error": None, "t_send": r.t_request, "t_done": r.t_done, "tokens": n,
             "ttft_s": r.ttft_s, "itl_s": itl, "decode_tps": r.decode_tps,
             "queue_ms": tm.get("queue_ms"), "rows_per_step": tm.get("rows_per_step"),
             "companions": tm.get("companions_per_step")}
@@ -242,9 +243,12 @@ def _csv_text(rows: list[dict]) -> str:
 
 
 def _append_csv(path: Path, rows: list[dict]) -> None:
-    old = path.read_text() if path.is_file() else ""
-    new = _csv_text(rows)
-    write_text(path, old + (new.split("\n", 1)[1] if old else new))
+    """``rows`` after the file's rows, the columns the union of both (rewritten atomically)."""
+    old: list[dict] = []
+    if path.is_file():
+        with path.open() as f:
+            old = list(csv.DictReader(f))
+    write_text(path, _csv_text(old + rows))
 
 
 def read_points(out: Path) -> list[dict[str, Any]]:

@@ -239,11 +239,17 @@ class BatchRunner:
         try:
             ended = self.batch.step()
         except Exception as e:  # every request of the step fails; the server keeps serving
+            traceback.print_exc()
             err = f"{type(e).__name__}: {e}"
             for k, r in list(self.running.items()):
                 self.batch.finish(r.active, e)
                 r.active.slot.reset()
                 self._done(k, finished=False, stop="error", error=err)
+            return
+        for a in [a for a in ended if a.error is not None]:
+            self._done(a.slot.index, finished=False, stop="error", error=a.error)
+        ended = [a for a in ended if a.error is None]
+        if not self.batch.steps:  # every request of the step failed before its verify
             return
         rec = self.batch.steps[-1]
         self.batch.steps.clear()  # the server keeps counts, not every step

@@ -164,8 +164,13 @@ class ArmService:
         self.batched = max_concurrent > 1
         self.parts: Any
         if self.batched:
+            from adaspark.decoding.slots import slot_rows
+            from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST
+
+            rows = slot_rows(max_concurrent, exact=exact)
+            alone = MAX_ROWS_EXACT if exact else MAX_ROWS_FAST
             self.parts = arms.build_slots(cfg, arm, exact=exact, n_slots=max_concurrent,
-                                          rule_extra=[self._slot_extra(extra, k)
+                                          rule_extra=[self._slot_extra(extra, k, rows, alone)
                                                       for k in range(max_concurrent)])
         else:
             self.parts = arms.build(cfg, arm, exact=exact, **extra)
@@ -200,12 +205,15 @@ class ArmService:
         self.runner: Any = None
 
     @staticmethod
-    def _slot_extra(extra: dict[str, Any], k: int) -> dict[str, Any]:
-        """Slot ``k``'s rule keywords: its own store file (each slot's rule learns alone; slot
-        0's is the one-slot server's, so a store carries over from ``max_concurrent=1``)."""
-        if "store" not in extra or k == 0:
+    def _slot_extra(extra: dict[str, Any], k: int, rows: int, one_slot_rows: int
+                    ) -> dict[str, Any]:
+        """Slot ``k``'s rule keywords: its own store file, named by its widest verify (a store
+        is written for one; each slot's rule learns alone). Slot 0's is the one-slot server's
+        where their widest verifies agree, so a store carries over from ``max_concurrent=1``."""
+        if "store" not in extra or (k == 0 and rows == one_slot_rows):
             return extra
-        return extra | {"store": str(Path(extra["store"]).with_name(f"store-slot{k}.json"))}
+        name = f"store-slot{k}-rows{rows}.json"
+        return extra | {"store": str(Path(extra["store"]).with_name(name))}
 
     def _special_texts(self) -> tuple[str, str]:
         import llama_cpp as ll
