@@ -270,7 +270,7 @@ def run_points(cfg: Any, settings: LoadSettings, out: Path, testset: Path) -> li
 
     out.mkdir(parents=True, exist_ok=True)
     params = out / "params.yaml"
-    OmegaConf.save(OmegaConf.create(to_dict(cfg)), params)
+    write_text(params, OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg))))
     points = read_points(out)
     have = {tuple(str(r[k]) for k in POINT_KEYS) for r in points}
     write_json(out / "load.json", {

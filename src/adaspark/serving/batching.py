@@ -193,6 +193,8 @@ class BatchRunner:
             for w in gone:
                 self.queue.remove(w)
         for w in gone:
+            if w.future.done():  # cancelled by its caller (asyncio.wrap_future) meanwhile
+                continue
             if w.job.cancel.is_set():
                 w.future.set_exception(RequestError(499, "the client left while queued",
                                                     kind="cancelled"))
