@@ -127,13 +127,15 @@ class SlotTarget(Target):
         pos: list[int] = []
         seqs: list[list[int]] = []
         want: list[bool] = []
-        first: list[int] = []
+        first: list[int] = []  # each slot's first output row (rows with logits before it)
+        outputs = 0
         try:
             for slot, tree in staged:
                 if slot.owner is not self:
                     raise EngineError(f"slot {slot.index} belongs to another context")
                 t, p, s, w = slot.stage(tree)
-                first.append(sum(want))
+                first.append(outputs)
+                outputs += sum(w)
                 tokens += t
                 pos += p
                 seqs += s

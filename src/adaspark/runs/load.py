@@ -225,11 +225,15 @@ HEALTH_KEYS = ["step_ms", "decode_ms_per_step", "draft_ms_per_step", "host_us_pe
 
 
 def _health(url: str) -> dict[str, Any]:
+    """The server's ``/health`` (empty when it does not answer)."""
     import httpx
 
+    from adaspark.serving.client import ChatClient
+
     try:
-        return httpx.get(f"{url}/health", timeout=10).json()
-    except (httpx.HTTPError, ValueError):
+        with ChatClient(url, timeout_s=10) as c:
+            return c.health()
+    except (httpx.HTTPError, ValueError):  # gone: the point keeps its client-side figures
         return {}
 
 
