@@ -39,21 +39,30 @@ def tiny_cfg():
     return compose(TINY_ARGS)
 
 
-@pytest.fixture(scope="session")
-def ours(tiny_cfg, tmp_path_factory) -> Iterator[ServerProcess]:
-    d = tmp_path_factory.mktemp("ours")
-    params = d / "params.yaml"
-    OmegaConf.save(OmegaConf.create(to_dict(tiny_cfg)), params)
-    port = free_port()
-    argv = ["python", "-m", "adaspark.serving.main", "--params", str(params), "--arm", "chain3",
-            "--port", str(port), "--store", str(d / "store"), "--exact",
-            "--chat-template", str(TEMPLATE)]
+def our_server(cfg, d: Path, arm: str, *extra: str) -> ServerProcess:
+    """Our server for ``arm`` of ``cfg`` (tiny pair, exact kernels, the Qwen-style template)
+    in directory ``d``, with ``extra`` server flags; enter it to start it."""
     import sys
 
-    argv[0] = sys.executable
-    proc = ServerProcess(argv, port=port, log_path=d / "server.log", env=clean_env(exact=True),
+    params = d / "params.yaml"
+    OmegaConf.save(OmegaConf.create(to_dict(cfg)), params)
+    port = free_port()
+    argv = [sys.executable, "-m", "adaspark.serving.main", "--params", str(params), "--arm",
+            arm, "--port", str(port), "--store", str(d / "store"), "--exact",
+            "--chat-template", str(TEMPLATE), *extra]
+    return ServerProcess(argv, port=port, log_path=d / "server.log", env=clean_env(exact=True),
                          startup_timeout_s=120)
-    with proc:
+
+
+@pytest.fixture(scope="session")
+def start_ours():
+    """:func:`our_server`, for a test module that starts a server of its own."""
+    return our_server
+
+
+@pytest.fixture(scope="session")
+def ours(tiny_cfg, tmp_path_factory) -> Iterator[ServerProcess]:
+    with our_server(tiny_cfg, tmp_path_factory.mktemp("ours"), "chain3") as proc:
         yield proc
 
 

@@ -6,22 +6,15 @@ gets 503 with ``Retry-After``; ``/health`` reports slots, active requests and th
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from omegaconf import OmegaConf
 
-from adaspark.config import to_dict
 from adaspark.serving.client import ChatClient, ServerReplyError
-from adaspark.serving.llama_server import ServerProcess, clean_env
-from adaspark.serving.main import free_port
-
-TEMPLATE = Path(__file__).parent / "qwen_style_template.jinja"
+from adaspark.serving.llama_server import ServerProcess
 
 pytestmark = pytest.mark.server
 
@@ -33,18 +26,10 @@ LENGTHS = [40, 12, 24, 32, 16, 28]
 
 
 @pytest.fixture(scope="module")
-def together(tiny_cfg, tmp_path_factory) -> Iterator[ServerProcess]:
-    d = tmp_path_factory.mktemp("together")
-    params = d / "params.yaml"
-    OmegaConf.save(OmegaConf.create(to_dict(tiny_cfg)), params)
-    port = free_port()
-    argv = [sys.executable, "-m", "adaspark.serving.main", "--params", str(params), "--arm",
-            "chain3", "--port", str(port), "--store", str(d / "store"), "--exact",
-            "--chat-template", str(TEMPLATE), f"--max-concurrent={SLOTS}",
-            f"--max-queue={QUEUE}", "--busy-wait-s=120"]
-    proc = ServerProcess(argv, port=port, log_path=d / "server.log", env=clean_env(exact=True),
-                         startup_timeout_s=120)
-    with proc:
+def together(tiny_cfg, tmp_path_factory, start_ours) -> Iterator[ServerProcess]:
+    with start_ours(tiny_cfg, tmp_path_factory.mktemp("together"), "chain3",
+                    f"--max-concurrent={SLOTS}", f"--max-queue={QUEUE}",
+                    "--busy-wait-s=120") as proc:
         yield proc
 
 
