@@ -23,6 +23,7 @@ from adaspark.analysis.run_selection import (
     stage_of,
 )
 from adaspark.analysis.sampling import (
+    acceptance_by_position,
     acceptance_prediction,
     sampled_replies,
     sampling_ratios,
@@ -44,6 +45,10 @@ def _sampled_run(root: Path, arm: str, temperature: float, speed: float,
     rows = _rows(arm, 1, plan, 128, seed=3)
     for i, r in enumerate(rows):
         timings: dict = {"widths": {"3": 5, "5": 5}}
+        if arm != inp.LLAMACPP_CHAIN:  # per position: 10 rounds tested the first, 6 passed it
+            timings["positions"] = {"1": {"tested": 10, "accepted": 6},
+                                    "2": {"tested": 6, "accepted": 3},
+                                    "3": {"tested": 2 + i % 2, "accepted": 0}}
         if arm == inp.ADASPARK:  # the fitted model's log loss 0.2 (0.4 on the first request)
             timings["rule_summary"] = {
                 "request_id": f"r{i}", "tree_rounds": 10, "rounds_priced_fitted": 10,
@@ -143,3 +148,17 @@ def test_acceptance_prediction_is_table2s_per_temperature(runs: Path):
     assert hot["head-based"] == pytest.approx(0.35)
     assert hot["fitted"] == pytest.approx(0.2)
     assert hot["change"] == pytest.approx(0.2 / 0.35 - 1)
+
+
+def test_acceptance_per_position_sums_the_replies_counts(runs: Path):
+    records = Records(runs, selection=selection_from_params(_params()))
+    frame = sampled_replies(records)
+    table = acceptance_by_position(frame)
+    assert list(table.columns) == ["arm", "temperature", "1", "2", "3"]  # nothing tested deeper
+    row = table[(table["arm"] == inp.ADASPARK) & (table["temperature"] == 1.0)].iloc[0]
+    assert row["1"] == pytest.approx(0.6)          # 36 of 60 over six replies
+    assert row["2"] == pytest.approx(0.5)
+    assert row["3"] == pytest.approx(0.0)
+    # llama-server reports only its totals; the main runs' synthetic rows carry no positions
+    assert inp.LLAMACPP_CHAIN not in set(table["arm"])
+    assert set(table["temperature"]) == {0.7, 1.0}

@@ -10,7 +10,13 @@ import pytest
 
 from adaspark.decoding.candidates import NGRAM, SIBLING, from_block
 from adaspark.decoding.drafter.base import Block
-from adaspark.decoding.round import RoundCounts, RoundOutcome, RoundPlan, count_by_source
+from adaspark.decoding.round import (
+    RoundCounts,
+    RoundOutcome,
+    RoundPlan,
+    count_by_source,
+    positions_tested,
+)
 from adaspark.decoding.tree import make_tree
 from adaspark.rules.adaspark.chooser import width1_switch
 from adaspark.rules.adaspark.config import load_config
@@ -64,10 +70,28 @@ def test_rows_are_counted_by_source_once_per_round() -> None:
     assert count_by_source(plan, []) == {}
     out = RoundOutcome.of(plan, [0, 1, 2, 3], [10, 20, 30, 7], 0.02, 0.01)
     assert out.counts == RoundCounts(1, {"drafter": 2, "agreed": 1, "ngram": 1},
-                                     {"drafter": 1, "agreed": 1, "ngram": 1})
+                                     {"drafter": 1, "agreed": 1, "ngram": 1}, [1, 1, 1], [1, 1, 1])
     # a plan without candidates (plain decode) counts nothing; its rows would be the drafter's
     assert count_by_source(RoundPlan(make_tree([5], [-1])), range(1, 1)) == {}
     assert RoundPlan(make_tree([5, 6], [-1, 0])).row_source(1) == "drafter"
+
+
+def test_a_round_tests_each_position_of_its_path_and_the_one_after_when_a_child_waits() -> None:
+    #   0 - 1 - 2 - 3        a chain of three with a sibling of row 1 (row 4) and a child of
+    #    \- 4   \- 5        row 2 beside row 3 (row 5)
+    tree = make_tree([9, 1, 2, 3, 4, 5], [-1, 0, 1, 2, 0, 2])
+    assert positions_tested(tree, [0]) == 1           # the first candidates were rejected
+    assert positions_tested(tree, [0, 4]) == 1        # the sibling accepted, a leaf
+    assert positions_tested(tree, [0, 1, 2]) == 3     # rows 3 and 5 both rejected
+    assert positions_tested(tree, [0, 1, 2, 3]) == 3  # the whole chain accepted: nothing after
+    assert positions_tested(make_tree([9], [-1]), [0]) == 0  # plain decode tests nothing
+    total = RoundCounts()
+    for path in ([0], [0, 1, 2], [0, 1, 2, 3], [0, 4]):
+        total.add(RoundOutcome.of(RoundPlan(tree), path, [7] * len(path), 0.0, 0.0).counts)
+    assert total.positions() == {"1": {"tested": 4, "accepted": 3},
+                                 "2": {"tested": 2, "accepted": 2},
+                                 "3": {"tested": 2, "accepted": 1}}
+    assert RoundCounts().positions() == {}
 
 
 def test_a_reply_sums_its_rounds_and_reports_each_source_seen() -> None:

@@ -66,6 +66,12 @@ def test_client_timing_fields_are_consistent(replies):
     assert 1 <= tm["rounds"] <= r.completion_tokens
     assert 0 <= tm["draft_n_accepted"] <= tm["draft_n"] and tm["draft_n"] > 0
     assert tm["by_source"]["drafter"]["drafted"] == tm["draft_n"]
+    # per position: every accepted draft passed one position, no round tested a position twice,
+    # and a round that passed position k tested it (so tested never grows with k)
+    pos = [tm["positions"][str(k)] for k in range(1, len(tm["positions"]) + 1)]
+    assert sum(p["accepted"] for p in pos) == tm["draft_n_accepted"]
+    assert all(p["accepted"] <= p["tested"] <= tm["rounds"] for p in pos)
+    assert all(a["tested"] >= b["tested"] for a, b in zip(pos, pos[1:], strict=False))
     # the drafter's prompt prefill is reported per reply; it happens before the first token
     assert 0 < tm["drafter_prefill_ms"] / 1e3 < r.ttft_s
     # the client's decode interval lies inside the server's decode time (plus transport)

@@ -3,8 +3,9 @@ temperature > 0): each arm of ``extra_runs.sampled`` at each temperature, beside
 greedy replies of the same arms when they served the same subset (temperature 0).
 
 Per arm and temperature: decode tok/s (generated tokens over decode time, summed over replies,
-§4.1), tokens per round, the acceptance of drafted rows (accepted over drafted, summed) and the
-mean rows per verify (the width, from each reply's width histogram; our engine only: llama-server
+§4.1), tokens per round, the acceptance of drafted rows (accepted over drafted, summed), the
+acceptance per position after the anchor (:func:`acceptance_by_position`) and the mean rows per
+verify (the width, from each reply's width histogram; our engine only: llama-server
 does not report its rounds). Per drafter block and temperature: AdaSpark over the block's
 llama.cpp baseline and over its own chain (geometric mean of per-reply ratios, bootstrap
 interval over conversations, :func:`adaspark.analysis.stats.compare`). Replies are paired by
@@ -47,6 +48,10 @@ METHOD = ("Each arm of extra_runs.sampled at each temperature, beside the main r
           "bootstrap interval over conversations, replies paired by prompt and seed: our arms "
           "sample the same text for a seed (keyed draws), llama-server draws its own.")
 ACCEPTANCE_COLUMNS = ("requests", "nodes", "head-based", "fitted", "change")
+#: The last position the per-position table shows: a block's every position (the draft model
+#: drafts 4, the paper's DSpark blocks B = 7 or 9, Figure 1); an n-gram chain may reach further,
+#: where few rounds get.
+MAX_POSITION = 9
 COLUMNS = ("arm", TEMPERATURE, "replies", "decode tok/s", "tokens per round", "acceptance",
            "rows per verify")
 
@@ -137,6 +142,53 @@ def sampling_table(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _position_counts(timings: pd.Series) -> dict[int, tuple[int, int]]:
+    """Per text position after the anchor, the rounds that tested a candidate there and the
+    rounds that accepted one, summed over replies' ``timings.positions`` (our engine's
+    :meth:`adaspark.decoding.round.RoundCounts.positions`; a reply without it adds nothing)."""
+    out: dict[int, tuple[int, int]] = {}
+    for t in timings:
+        try:
+            positions = json.loads(t).get("positions") or {}
+        except (TypeError, ValueError, AttributeError):
+            continue
+        for k, c in positions.items():
+            tested, accepted = out.get(int(k), (0, 0))
+            out[int(k)] = (tested + int(c["tested"]), accepted + int(c["accepted"]))
+    return out
+
+
+def acceptance_by_position(frame: pd.DataFrame, max_position: int = MAX_POSITION
+                           ) -> pd.DataFrame:
+    """Acceptance per position, per arm of our engine and temperature: at text position k
+    after the anchor, the share of rounds that tested a candidate there (their accepted path
+    reached k - 1 and a node of the tree waited at k) that accepted one, summed over replies
+    (:func:`_position_counts`): the chance that a round which reached position k went past it.
+    Positions 1 to ``max_position``, a column each (a position no arm tested is dropped; one an
+    arm never tested is empty). llama-server's arms report only their totals (``acceptance``
+    in :func:`sampling_table`) and are left out."""
+    rows: list[dict[str, Any]] = []
+    for (arm, temp), g in frame.groupby(["arm", TEMPERATURE], sort=False):
+        if "timings" not in g:
+            continue
+        counts = _position_counts(g["timings"])
+        if not counts:
+            continue
+        row: dict[str, Any] = {"arm": str(arm), TEMPERATURE: float(temp)}
+        for k in range(1, max_position + 1):
+            tested, accepted = counts.get(k, (0, 0))
+            row[str(k)] = accepted / tested if tested else None
+        rows.append(row)
+    columns = ["arm", TEMPERATURE, *(str(k) for k in range(1, max_position + 1))]
+    out = pd.DataFrame(rows, columns=columns)
+    if not out.empty:
+        out = out.sort_values(["arm", TEMPERATURE], kind="stable", ignore_index=True)
+        out = out[[c for c in columns if c in ("arm", TEMPERATURE) or out[c].notna().any()]]
+    out.attrs["formats"] = {TEMPERATURE: "{:g}",
+                            **{str(k): "{:.2f}" for k in range(1, max_position + 1)}}
+    return out
+
+
 def sampling_ratios(frame: pd.DataFrame, options: Options) -> pd.DataFrame:
     """Per drafter block and temperature: AdaSpark over the block's llama.cpp baseline and over
     its own chain, paired by reply key (geometric mean, bootstrap over conversations)."""
@@ -193,6 +245,10 @@ def sampling_section(records: Records, options: Options) -> Section:
                      "(extra_runs.sampled).")
     sec.p(METHOD)
     sec.tables(("Arms by temperature", *frame_cells(sampling_table(frame))))
+    positions = acceptance_by_position(frame)
+    if not positions.empty:
+        sec.tables(("Acceptance per position after the anchor (our engine; llama-server reports "
+                    "only its totals)", *frame_cells(positions)))
     ratios = sampling_ratios(frame, options)
     if not ratios.empty:
         sec.tables(("AdaSpark by temperature", *frame_cells(ratios)))

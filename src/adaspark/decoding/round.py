@@ -76,6 +76,15 @@ def count_by_source(plan: RoundPlan, rows: Iterable[int]) -> dict[str, int]:
     return out
 
 
+def positions_tested(tree: Tree, path: Sequence[int]) -> int:
+    """Text positions after the anchor at which a round tested a candidate: every position of
+    the accepted ``path`` (rows from the anchor), and the one after it when the path's last node
+    has a child in ``tree`` (a candidate there was rejected). A chain that accepts all its
+    drafts tested only their positions; a round of one row tested none."""
+    has_child = path[-1] in tree.parents[1:]
+    return len(path) - 1 + int(has_child)
+
+
 @dataclass
 class RoundCounts:
     """Verified candidate rows (``drafted``) and accepted ones, by source, over ``rounds``
@@ -84,12 +93,18 @@ class RoundCounts:
     rounds: int = 0
     drafted: dict[str, int] = field(default_factory=dict)
     accepted: dict[str, int] = field(default_factory=dict)
+    #: Acceptance per position (``[k-1]`` for the k-th text position after the anchor): rounds
+    #: that tested a candidate there (the node accepted at position k-1, the anchor for k = 1,
+    #: had a child in the tree) and rounds that accepted one (:func:`positions_tested`).
+    tested: list[int] = field(default_factory=list)
+    passed: list[int] = field(default_factory=list)
 
     @classmethod
     def of_round(cls, plan: RoundPlan, path: list[int]) -> RoundCounts:
         """One round: every row after the anchor, and the accepted ``path`` (from the anchor)."""
+        n_tested = positions_tested(plan.tree, path)
         return cls(1, count_by_source(plan, range(1, plan.tree.n_rows)),
-                   count_by_source(plan, path[1:]))
+                   count_by_source(plan, path[1:]), [1] * n_tested, [1] * (len(path) - 1))
 
     @property
     def n_drafted(self) -> int:
@@ -104,6 +119,18 @@ class RoundCounts:
         for mine, theirs in ((self.drafted, other.drafted), (self.accepted, other.accepted)):
             for s, n in theirs.items():
                 mine[s] = mine.get(s, 0) + n
+        for mine_l, theirs_l in ((self.tested, other.tested), (self.passed, other.passed)):
+            mine_l.extend([0] * (len(theirs_l) - len(mine_l)))
+            for k, n in enumerate(theirs_l):
+                mine_l[k] += n
+
+    def positions(self) -> dict[str, dict[str, int]]:
+        """Per text position after the anchor (``"1"``, ``"2"``, ...): ``{"tested": n,
+        "accepted": m}``; acceptance at position k is m / n, the chance that a round which
+        reached position k with a candidate there went past it (the server's ``positions``)."""
+        passed = self.passed + [0] * (len(self.tested) - len(self.passed))
+        return {str(k + 1): {"tested": t, "accepted": a}
+                for k, (t, a) in enumerate(zip(self.tested, passed, strict=True))}
 
     def as_dict(self) -> dict[str, dict[str, int]]:
         """Per source seen: ``{"drafted": n, "accepted": m}`` (the server's ``by_source``)."""

@@ -420,6 +420,7 @@ class ArmService:
             "widths": widths,
             "width1_rounds": gen.width_hist.get(1, 0),
             "by_source": c.as_dict(),
+            "positions": c.positions(),
             "stop": stop,
             "rule": gen.rule.name,
             "rule_summary": gen.summary,
