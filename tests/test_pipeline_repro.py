@@ -84,7 +84,7 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
     expected = {"models", "testset", "survey", "run@llamacpp-chain", "run@adaspark",
                 "run@adaptive-chain",
                 "instrumented@adaspark", "fig5", "check", "tables", "figures", "claims", "report",
-                "labelled@adaspark", "labels", "replay",
+                "labelled@adaspark", "labels", "replay", "sampled-replay",
                 *(f"run@{a}" for a in DSPARK_ARMS)}
     assert expected <= stages, f"stages missing from dvc.lock: {expected - stages}"
 
@@ -121,6 +121,9 @@ def test_every_stage_ran_and_wrote_its_outputs(repro):
         assert sorted(set(f5["width"])) == [8, 16] and (f5["tokens"] > 0).all(), f5
         # replay.fig5_contexts: the smoke preset labels two of fig5.contexts' three
         assert sorted(set(f5["context_paper"])) == [128, 256], f5
+    # the smoke preset samples no arm: the sampled replay says so and replays nothing
+    sampled = json.loads((copy / "runs" / "replay-sampled" / "summary.json").read_text())
+    assert sampled["replays"] == [] and "preset=sampling" in sampled["why"], sampled
     labels = json.loads((copy / "runs" / "labels" / "summary.json").read_text())
     # the draft model and the DSpark file, and Figure 5's prompts (with the draft model)
     assert len(set(labels["drafters"]) - {"fig5"}) == 2 and "fig5" in labels["drafters"], labels

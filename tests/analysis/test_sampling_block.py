@@ -14,21 +14,29 @@ import pyarrow.parquet as pq
 import pytest
 from synthetic_runs import _rows, _write_run, make_synthetic_runs, synthetic_params
 
+from adaspark import io
 from adaspark.analysis import records as inp
 from adaspark.analysis.records import Options, Records
 from adaspark.analysis.run_selection import (
+    REPLAY_DIR,
     StaleRunError,
     sampled_parent,
     selection_from_params,
     stage_of,
+    temperature_dir,
 )
 from adaspark.analysis.sampling import (
     acceptance_by_position,
     acceptance_prediction,
+    read_replay,
+    replay_ratios,
+    replay_table,
     sampled_replies,
     sampling_ratios,
+    sampling_section,
     sampling_table,
 )
+from adaspark.analysis.sections import Section
 from adaspark.runs.rows import ROW_SCHEMA
 from adaspark.runs.store import ROWS_FILE, RUN_FILE
 
@@ -162,3 +170,48 @@ def test_acceptance_per_position_sums_the_replies_counts(runs: Path):
     # llama-server reports only its totals; the main runs' synthetic rows carry no positions
     assert inp.LLAMACPP_CHAIN not in set(table["arm"])
     assert set(table["temperature"]) == {0.7, 1.0}
+
+
+def _paragraphs(section: Section) -> str:
+    return "\n".join(text for kind, text in section.blocks if kind == "p")
+
+
+def _replayed(root: Path, device: str, arm: str, temperature: float, speed: float) -> dict:
+    """A sampled replay of ``arm`` (every reply 40 tokens in 10 rounds at ``speed``)."""
+    plan = [{"set": "specbench", "conversation": f"sb-{i}", "turn": 0, "reply": 0,
+             "prompt_tokens": 100, "kind": "coding"} for i in range(6)]
+    rows = _rows(arm, 1, plan, 128, seed=3)
+    for i, r in enumerate(rows):
+        r.update(completion_tokens=40, status="finished", decode_tps=speed * (1 + 0.02 * i),
+                 server_rounds=10.0, server_drafted=30, server_accepted=12, seed=1000 + i)
+    out = root / REPLAY_DIR / temperature_dir(temperature) / device / arm
+    out.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), out / ROWS_FILE)
+    return {"temperature": temperature, "device": device, "arm": arm, "replies": 6,
+            "rounds": 60, "tokens_per_round": 4.0, "tokens_per_s": speed, "drafted": 180,
+            "accepted": 72, "widths": {"4": 60}}
+
+
+def test_the_sampled_replay_has_its_tables_labelled_replay(runs: Path):
+    records = Records(runs, selection=selection_from_params(_params()))
+    section = _paragraphs(sampling_section(records, Options(n_resamples=200)))
+    assert "In replay: not run in this preset" in section  # no sampled-replay stage output yet
+    device = "qwen3-4b-paper"
+    replays = [_replayed(runs, device, arm, t, speed * scale)
+               for t, scale in ((0.7, 1.0), (1.0, 0.8))
+               for arm, speed in ((inp.CHAIN3, 22.0), (inp.ADASPARK, 33.0))]
+    summary = {"replies_of": inp.ADASPARK, "seed": 0, "arms": [inp.CHAIN3, inp.ADASPARK],
+               "devices": {device: {"label": "reconstructed"}}, "replays": replays}
+    io.write_json(runs / REPLAY_DIR / "summary.json", summary)
+    got, replies = read_replay(runs)
+    assert got == summary and len(replies) == 24
+    assert set(replies["device_label"]) == {"reconstructed"}
+    table = replay_table(summary)
+    row = table[(table["arm"] == inp.ADASPARK) & (table["temperature"] == 1.0)].iloc[0]
+    assert row["decode tok/s"] == pytest.approx(33.0 * 0.8) and row["acceptance"] == 0.4
+    ratios = replay_ratios(replies, Options(n_resamples=200))
+    assert list(ratios["temperature"]) == [0.7, 1.0]
+    assert all(r.startswith("1.50") for r in ratios["AdaSpark / own chain"])  # 33 over 22
+    section = _paragraphs(sampling_section(
+        Records(runs, selection=selection_from_params(_params())), Options(n_resamples=200)))
+    assert "REPLAYED, not run; device models labelled reconstructed" in section

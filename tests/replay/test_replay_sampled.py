@@ -74,3 +74,48 @@ def test_the_labels_are_the_sampled_text_and_keyed_by_seed(run_dir) -> None:
     lab.seed = lab.seed + 2
     with pytest.raises(LabelsError, match="seed"):
         store.put(lab)
+
+
+def test_the_sampled_replay_stage_replays_each_arm_over_the_sampled_replies(run_dir, tmp_path
+                                                                           ) -> None:
+    """The sampled-replay stage (:mod:`adaspark.stages.sampled_replay`) over this run placed as
+    the sampled stage places it: labels drawn with each reply's seed, every arm replayed under a
+    reconstructed device model, each replay committing the run's sampled replies."""
+    import pandas as pd
+
+    from adaspark.analysis.run_selection import sampled_parent
+
+    runs = tmp_path / "runs"
+    parent = runs / sampled_parent(0.8, 11)
+    parent.parent.mkdir(parents=True)
+    parent.symlink_to(run_dir, target_is_directory=True)
+    params = tmp_path / "params.yaml"
+    cfg = subprocess.run(
+        [sys.executable, "-m", "adaspark.cli", "config", *PAIR, "format=yaml",
+         f"extra_runs.sampled.arms=[llamacpp-chain,{','.join(ARMS)}]",
+         "extra_runs.sampled.temperatures=[0.8]", "extra_runs.sampled.seeds=[11]",
+         "replay.devices=[cpu-measured,qwen3-4b-paper]", "replay.replies_of=adaspark",
+         "replay.labelled_arms=[adaspark]"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert cfg.returncode == 0, cfg.stderr[-2000:]
+    params.write_text(cfg.stdout)
+    out = tmp_path / "replay-sampled"
+    p = subprocess.run(
+        [sys.executable, "-m", "adaspark.stages.sampled_replay", "--params", str(params),
+         "--runs", str(runs), "--out", str(out)],
+        cwd=REPO, env=clean_env(exact=True), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["replies_of"] == "adaspark" and summary["arms"] == list(ARMS)
+    assert list(summary["devices"]) == ["qwen3-4b-paper"]  # not cpu-measured, not llama-server
+    assert summary["devices"]["qwen3-4b-paper"]["label"] == "reconstructed"
+    assert [(r["arm"], r["device"], r["temperature"]) for r in summary["replays"]] == [
+        (a, "qwen3-4b-paper", 0.8) for a in ARMS]
+    run = pd.read_parquet(run_dir / "adaspark" / "replies.parquet").set_index("conversation")
+    for r in summary["replays"]:
+        assert r["rounds"] > 0 and r["tokens_per_s"] > 0
+        replayed = pd.read_parquet(out / "t0.8" / "qwen3-4b-paper" / r["arm"] / "replies.parquet")
+        replayed = replayed.set_index("conversation")
+        # each arm replays the sampled replies: as many tokens as the run committed
+        assert (replayed["completion_tokens"] == run.loc[replayed.index, "completion_tokens"]
+                ).all()

@@ -155,6 +155,17 @@ class RunSelection:
         return out
 
 
+#: The sampled-replay stage's output under the runs' root (:mod:`adaspark.stages.sampled_replay`),
+#: one directory per temperature (:func:`temperature_dir`).
+REPLAY_DIR = "replay-sampled"
+REPLAY_SUMMARY = "summary.json"
+
+
+def temperature_dir(temperature: Any) -> str:
+    """A temperature's directory in the sampled replay (``t0.7``, ``t1``)."""
+    return f"t{float(temperature):g}"
+
+
 def sampled_parent(temperature: Any, seed: Any) -> str:
     """The parent of the sampled runs at ``temperature`` with run seed ``seed``, as the params
     write them (``extra/sampled-t0.7-s0``): the directory the ``sampled`` stage of dvc.yaml

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,16 @@ from adaspark.analysis.records import (
     Options,
     Records,
     concat_replies,
+    read_replies,
     read_run_meta,
     request_summaries,
 )
-from adaspark.analysis.run_selection import STAGE_SAMPLED
+from adaspark.analysis.run_selection import (
+    REPLAY_DIR,
+    REPLAY_SUMMARY,
+    STAGE_SAMPLED,
+    temperature_dir,
+)
 from adaspark.analysis.sections import Section, frame_cells
 from adaspark.analysis.tables.common import compare_or_none, throughput_or_none
 from adaspark.analysis.tables.render import ci_text
@@ -235,6 +242,81 @@ def acceptance_prediction(frame: pd.DataFrame, target: str) -> pd.DataFrame:
     return out
 
 
+def read_replay(root: Path) -> tuple[dict[str, Any] | None, pd.DataFrame]:
+    """The sampled replay's summary (None when the stage has not run) and its replayed replies
+    (a run's columns, plus ``temperature``, ``device`` and ``device_label``)."""
+    path = root / REPLAY_DIR / REPLAY_SUMMARY
+    if not path.is_file():
+        return None, pd.DataFrame()
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    frames = []
+    for r in summary.get("replays") or ():
+        d = root / REPLAY_DIR / temperature_dir(r["temperature"]) / r["device"] / r["arm"]
+        f = read_replies(d)
+        if f.empty:
+            continue
+        frames.append(f.assign(**{TEMPERATURE: float(r["temperature"]), "device": r["device"],
+                                  "device_label": summary["devices"][r["device"]]["label"]}))
+    return summary, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def replay_table(summary: dict[str, Any]) -> pd.DataFrame:
+    """One row per device model, temperature and arm of the sampled replay: its label, tok/s
+    (tokens over the device's priced seconds, summed over replies), tokens per round and the
+    acceptance of drafted rows."""
+    rows = [{"device": r["device"], "label": summary["devices"][r["device"]]["label"],
+             TEMPERATURE: float(r["temperature"]), "arm": r["arm"],
+             "decode tok/s": r["tokens_per_s"], "tokens per round": r["tokens_per_round"],
+             "acceptance": r["accepted"] / r["drafted"] if r["drafted"] else None}
+            for r in summary.get("replays") or ()]
+    out = pd.DataFrame(rows, columns=["device", "label", TEMPERATURE, "arm", "decode tok/s",
+                                      "tokens per round", "acceptance"])
+    out.attrs["formats"] = {TEMPERATURE: "{:g}", "decode tok/s": "{:.1f}",
+                            "tokens per round": "{:.2f}", "acceptance": "{:.2f}"}
+    return out
+
+
+def replay_ratios(replies: pd.DataFrame, options: Options) -> pd.DataFrame:
+    """Per device model, temperature and drafter block: AdaSpark over its own chain in replay
+    (geometric mean of per-reply ratios, bootstrap over conversations; every arm replays the
+    same sampled replies, so each pair is the same text)."""
+    rows = []
+    if replies.empty:
+        return pd.DataFrame(columns=["device", TEMPERATURE, "drafter", "AdaSpark / own chain"])
+    for (dev, temp), g in replies.groupby(["device", TEMPERATURE], sort=True):
+        for b in BLOCKS:
+            c = compare_or_none(g, b.adaspark, b.chain, options)
+            if c is not None:
+                rows.append({"device": dev, TEMPERATURE: float(temp), "drafter": b.kind,
+                             "AdaSpark / own chain": ci_text(c.ratio, c.lo, c.hi)})
+    out = pd.DataFrame(rows, columns=["device", TEMPERATURE, "drafter", "AdaSpark / own chain"])
+    out.attrs["formats"] = {TEMPERATURE: "{:g}"}
+    return out
+
+
+def replay_part(records: Records, options: Options, sec: Section) -> None:
+    """The sampled replay's tables in ``sec`` (a line when the stage did not replay)."""
+    summary, replies = read_replay(records.root)
+    if summary is None or not summary.get("replays"):
+        sec.p("In replay: not run in this preset (the sampled-replay stage replays the sampled "
+              "arms of our engine under the device models when extra_runs.sampled names them: "
+              "preset=sampling).")
+        return
+    labels = sorted({v["label"] for v in summary["devices"].values()})
+    sec.p(f"In replay (REPLAYED, not run; device models labelled {', '.join(labels)}): each "
+          f"sampled arm of our engine replayed over {summary['replies_of']}'s sampled replies "
+          f"(run seed {summary['seed']}, each reply with its own seed), labelled with the "
+          "target's keyed draws on this machine's engine; acceptance is this machine's, only "
+          "the costs are the device's.")
+    sec.tables(("Sampled arms in replay, by device model and temperature",
+                *frame_cells(replay_table(summary))))
+    opts = replace(options, target=f"{options.target} (replay)")
+    ratios = replay_ratios(replies, opts)
+    if not ratios.empty:
+        sec.tables(("AdaSpark over its own chain in replay, by device model and temperature",
+                    *frame_cells(ratios)))
+
+
 def sampling_section(records: Records, options: Options) -> Section:
     """The report's sampling block (empty runs: a line naming the preset that fills it)."""
     sec = Section("Sampling at temperature > 0 (not a table of the paper)")
@@ -256,4 +338,5 @@ def sampling_section(records: Records, options: Options) -> Section:
     if not prediction.empty:
         sec.tables(("Acceptance prediction by temperature (Table 2's comparison)",
                     *frame_cells(prediction)))
+    replay_part(records, options, sec)
     return sec

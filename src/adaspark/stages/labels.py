@@ -106,13 +106,57 @@ def label_fig5(cfg: Any, params: dict[str, Any], out: Path, say: Any,
             "labelling_s_now": round(labeller.spent, 2), "identity": labeller.identity}
 
 
+def label_replies(cfg: Any, traces: list[Any], arms: list[str], out: Path, depth: int,
+                  say: Any, *, source: str, sampling: dict[str, Any] | None = None,
+                  seeds: dict[str, int] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Label ``traces`` (the replies of ``source``) under ``out`` for every drafter ``arms``
+    use (:func:`drafter_arms`), drafters sharing the target in one pass of it: per drafter,
+    what was made (positions, time by part, its directory), and the arms left out with why.
+    ``sampling`` and ``seeds``: a sampled run's (:func:`adaspark.replay.command.traces_sampling`),
+    each reply labelled with its own seed's keyed draws."""
+    from adaspark.replay.command import Labeller, joint_groups, label_jointly
+    from adaspark.replay.labels import prompt_key
+    from adaspark.runs.settings import ArmEntry, arm_config
+
+    by_drafter, skipped = drafter_arms(cfg, arms)
+    done: dict[str, Any] = {}
+    labellers = {drafter: Labeller(cfg, arm_config(cfg, ArmEntry.parse(name)), out,
+                                   restart=True, log=lambda m, d=drafter: say(f"[{d}] {m}"),
+                                   sampling=sampling)
+                 for drafter, name in by_drafter.items()}
+    by_labeller = {id(lab): d for d, lab in labellers.items()}
+    try:
+        for group in joint_groups(list(labellers.values())):
+            names = [by_labeller[id(lab)] for lab in group]
+            tag = "+".join(names)
+            say(f"labels: drafters {', '.join(names)} in one pass of the target (each for its "
+                f"arm and every arm sharing it), {len(traces)} replies of {source}")
+            got = label_jointly(group, [[(t.prompt, lab.positions(t, depth)) for t in traces]
+                                        for lab in group],
+                                log=lambda m, g=tag: say(f"[{g}] {m}"),
+                                texts={prompt_key(t.prompt): t.tokens for t in traces},
+                                seeds=seeds)
+            for lab, name, labs in zip(group, names, got, strict=True):
+                made = sum(len(x.next) for x in labs.values())
+                parts = {f"{k}_s_per_position": round(v / made, 4)
+                         for k, v in lab.spent_by_part.items() if made}
+                done[name] = {**parts,
+                    "arm": by_drafter[name], "directory": str(lab.store.dir),
+                    "prompts": len(labs), "positions": made,
+                    "reply_tokens": sum(len(t.tokens) for t in traces),
+                    "labelled_with": [n for n in names if n != name],
+                    "labelling_s_now": round(lab.spent, 2), "identity": lab.identity}
+    finally:
+        for lab in labellers.values():
+            lab.close()
+    return done, skipped
+
+
 @stage_main("labels")
 def main(argv: list[str] | None = None) -> int:
     from adaspark.decoding.round_trace import read_traces
-    from adaspark.replay.command import Labeller, arm_trace_dir, joint_groups, label_jointly
-    from adaspark.replay.labels import prompt_key
+    from adaspark.replay.command import arm_trace_dir
     from adaspark.replay.settings import read_replay_params
-    from adaspark.runs.settings import ArmEntry, arm_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")
@@ -122,41 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg, params, settings = read_replay_params(a.params)
     traces = read_traces(arm_trace_dir(a.runs, settings.replies_of))
     depth = label_depth(params)
-    by_drafter, skipped = drafter_arms(cfg, settings.arms)
 
     def say(m: str) -> None:
         print(m, file=sys.stderr, flush=True)
 
-    done: dict[str, Any] = {}
     t_all = time.perf_counter()
-    labellers = {drafter: Labeller(cfg, arm_config(cfg, ArmEntry.parse(name)), a.out,
-                                   restart=True, log=lambda m, d=drafter: say(f"[{d}] {m}"))
-                 for drafter, name in by_drafter.items()}
-    by_labeller = {id(lab): d for d, lab in labellers.items()}
-    try:
-        for group in joint_groups(list(labellers.values())):
-            names = [by_labeller[id(lab)] for lab in group]
-            tag = "+".join(names)
-            say(f"labels: drafters {', '.join(names)} in one pass of the target (each for its "
-                f"arm and every arm sharing it), {len(traces)} replies of "
-                f"{settings.replies_of}")
-            got = label_jointly(group, [[(t.prompt, lab.positions(t, depth)) for t in traces]
-                                        for lab in group],
-                                log=lambda m, g=tag: say(f"[{g}] {m}"),
-                                texts={prompt_key(t.prompt): t.tokens for t in traces})
-            for lab, name, labs in zip(group, names, got, strict=True):
-                made = sum(len(x.next) for x in labs.values())
-                parts = {f"{k}_s_per_position": round(v / made, 4)
-                         for k, v in lab.spent_by_part.items() if made}
-                done[name] = {**parts,
-                    "arm": by_drafter[name], "directory": str(lab.store.dir),
-                    "prompts": len(labs), "positions": sum(len(x.next) for x in labs.values()),
-                    "reply_tokens": sum(len(t.tokens) for t in traces),
-                    "labelled_with": [n for n in names if n != name],
-                    "labelling_s_now": round(lab.spent, 2), "identity": lab.identity}
-    finally:
-        for lab in labellers.values():
-            lab.close()
+    done, skipped = label_replies(cfg, traces, settings.arms, a.out, depth, say,
+                                  source=settings.replies_of)
     if settings.fig5_prompts:
         done["fig5"] = label_fig5(cfg, params, a.out, say, settings.fig5_contexts)
     summary = {"replies_of": settings.replies_of, "subset": settings.subset,
