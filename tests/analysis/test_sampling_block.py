@@ -161,7 +161,7 @@ def test_acceptance_prediction_is_table2s_per_temperature(runs: Path):
 def test_acceptance_per_position_sums_the_replies_counts(runs: Path):
     records = Records(runs, selection=selection_from_params(_params()))
     frame = sampled_replies(records)
-    table = acceptance_by_position(frame)
+    table = acceptance_by_position(frame, min_tested=1)
     assert list(table.columns) == ["arm", "temperature", "1", "2", "3"]  # nothing tested deeper
     row = table[(table["arm"] == inp.ADASPARK) & (table["temperature"] == 1.0)].iloc[0]
     assert row["1"] == pytest.approx(0.6)          # 36 of 60 over six replies
@@ -170,6 +170,9 @@ def test_acceptance_per_position_sums_the_replies_counts(runs: Path):
     # llama-server reports only its totals; the main runs' synthetic rows carry no positions
     assert inp.LLAMACPP_CHAIN not in set(table["arm"])
     assert set(table["temperature"]) == {0.7, 1.0}
+    # position 3 was tested in 15 rounds an arm (2 or 3 a reply): under 20, left out
+    assert list(acceptance_by_position(frame, min_tested=20).columns) == [
+        "arm", "temperature", "1", "2"]
 
 
 def _paragraphs(section: Section) -> str:

@@ -59,6 +59,9 @@ ACCEPTANCE_COLUMNS = ("requests", "nodes", "head-based", "fitted", "change")
 #: drafts 4, the paper's DSpark blocks B = 7 or 9, Figure 1); an n-gram chain may reach further,
 #: where few rounds get.
 MAX_POSITION = 9
+#: Fewest rounds tested at a position for its acceptance to be shown (fewer: an empty cell; a
+#: deep position's few n-gram rounds would read as a rate).
+MIN_TESTED = 20
 COLUMNS = ("arm", TEMPERATURE, "replies", "decode tok/s", "tokens per round", "acceptance",
            "rows per verify")
 
@@ -165,15 +168,15 @@ def _position_counts(timings: pd.Series) -> dict[int, tuple[int, int]]:
     return out
 
 
-def acceptance_by_position(frame: pd.DataFrame, max_position: int = MAX_POSITION
-                           ) -> pd.DataFrame:
+def acceptance_by_position(frame: pd.DataFrame, max_position: int = MAX_POSITION,
+                           min_tested: int = MIN_TESTED) -> pd.DataFrame:
     """Acceptance per position, per arm of our engine and temperature: at text position k
     after the anchor, the share of rounds that tested a candidate there (their accepted path
     reached k - 1 and a node of the tree waited at k) that accepted one, summed over replies
     (:func:`_position_counts`): the chance that a round which reached position k went past it.
-    Positions 1 to ``max_position``, a column each (a position no arm tested is dropped; one an
-    arm never tested is empty). llama-server's arms report only their totals (``acceptance``
-    in :func:`sampling_table`) and are left out."""
+    Positions 1 to ``max_position``, a column each; a cell with fewer than ``min_tested``
+    rounds tested is empty, and a column empty for every arm is dropped. llama-server's arms
+    report only their totals (``acceptance`` in :func:`sampling_table`) and are left out."""
     rows: list[dict[str, Any]] = []
     for (arm, temp), g in frame.groupby(["arm", TEMPERATURE], sort=False):
         if "timings" not in g:
@@ -184,7 +187,7 @@ def acceptance_by_position(frame: pd.DataFrame, max_position: int = MAX_POSITION
         row: dict[str, Any] = {"arm": str(arm), TEMPERATURE: float(temp)}
         for k in range(1, max_position + 1):
             tested, accepted = counts.get(k, (0, 0))
-            row[str(k)] = accepted / tested if tested else None
+            row[str(k)] = accepted / tested if tested >= max(1, min_tested) else None
         rows.append(row)
     columns = ["arm", TEMPERATURE, *(str(k) for k in range(1, max_position + 1))]
     out = pd.DataFrame(rows, columns=columns)
@@ -329,8 +332,9 @@ def sampling_section(records: Records, options: Options) -> Section:
     sec.tables(("Arms by temperature", *frame_cells(sampling_table(frame))))
     positions = acceptance_by_position(frame)
     if not positions.empty:
-        sec.tables(("Acceptance per position after the anchor (our engine; llama-server reports "
-                    "only its totals)", *frame_cells(positions)))
+        sec.tables((f"Acceptance per position after the anchor (our engine; llama-server "
+                    f"reports only its totals; empty: fewer than {MIN_TESTED} rounds reached "
+                    "it)", *frame_cells(positions)))
     ratios = sampling_ratios(frame, options)
     if not ratios.empty:
         sec.tables(("AdaSpark by temperature", *frame_cells(ratios)))
