@@ -343,8 +343,13 @@ class Labeller:
         return self.parts
 
     def positions(self, t: RequestTrace, depth: int = EXTRA_POSITIONS) -> int:
-        """Positions to label for a reply: its tokens, a full block past its end and ``depth``."""
-        return len(t.tokens) + (self.block_positions if self.drafted else 0) + depth
+        """Positions to label for a reply: its tokens, a full block past its end and ``depth``.
+        A sampled reply is labelled to its cap instead of its length: its run may have drawn on
+        fast kernels, whose probabilities differ from exact mode's in the last bits, so a draw
+        near a boundary of the distribution can go the other way in the labels; from there the
+        labels are their own text, which may run longer than the run's reply."""
+        n = max(len(t.tokens), int(t.max_tokens)) if self.sampling is not None else len(t.tokens)
+        return n + (self.block_positions if self.drafted else 0) + depth
 
     @property
     def reads_target(self) -> bool:
