@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,9 @@ from adaspark.analysis.records import (
     read_run_meta,
     request_summaries,
 )
+from adaspark.analysis.replay import read_summary
 from adaspark.analysis.run_selection import (
     REPLAY_DIR,
-    REPLAY_SUMMARY,
     STAGE_SAMPLED,
     temperature_dir,
 )
@@ -113,14 +114,21 @@ def sampled_replies(records: Records) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def _timings_field(timings: pd.Series, key: str) -> Iterator[dict[str, Any]]:
+    """Each reply's ``timings[key]`` (a reply whose timings are not JSON, or lack it, gives
+    nothing)."""
+    for t in timings:
+        try:
+            value = json.loads(t).get(key) or {}
+        except (TypeError, ValueError, AttributeError):
+            continue
+        yield value
+
+
 def _width_mean(timings: pd.Series) -> float:
     """Mean rows per verify over replies' width histograms (``timings.widths``), or NaN."""
     rows = rounds = 0
-    for t in timings:
-        try:
-            widths = json.loads(t).get("widths") or {}
-        except (TypeError, ValueError, AttributeError):
-            continue
+    for widths in _timings_field(timings, "widths"):
         rows += sum(int(w) * int(n) for w, n in widths.items())
         rounds += sum(int(n) for n in widths.values())
     return rows / rounds if rounds else math.nan
@@ -157,11 +165,7 @@ def _position_counts(timings: pd.Series) -> dict[int, tuple[int, int]]:
     rounds that accepted one, summed over replies' ``timings.positions`` (our engine's
     :meth:`adaspark.decoding.round.RoundCounts.positions`; a reply without it adds nothing)."""
     out: dict[int, tuple[int, int]] = {}
-    for t in timings:
-        try:
-            positions = json.loads(t).get("positions") or {}
-        except (TypeError, ValueError, AttributeError):
-            continue
+    for positions in _timings_field(timings, "positions"):
         for k, c in positions.items():
             tested, accepted = out.get(int(k), (0, 0))
             out[int(k)] = (tested + int(c["tested"]), accepted + int(c["accepted"]))
@@ -248,10 +252,9 @@ def acceptance_prediction(frame: pd.DataFrame, target: str) -> pd.DataFrame:
 def read_replay(root: Path) -> tuple[dict[str, Any] | None, pd.DataFrame]:
     """The sampled replay's summary (None when the stage has not run) and its replayed replies
     (a run's columns, plus ``temperature``, ``device`` and ``device_label``)."""
-    path = root / REPLAY_DIR / REPLAY_SUMMARY
-    if not path.is_file():
+    summary = read_summary(root / REPLAY_DIR)
+    if summary is None:
         return None, pd.DataFrame()
-    summary = json.loads(path.read_text(encoding="utf-8"))
     frames = []
     for r in summary.get("replays") or ():
         d = root / REPLAY_DIR / temperature_dir(r["temperature"]) / r["device"] / r["arm"]
