@@ -8,7 +8,8 @@ file behind. Parent directories are created.
 
 - :func:`write_bytes`, :func:`write_text`, :func:`write_json` (the project's JSON formatting:
   ``json.dumps(obj, indent=1, ensure_ascii=False) + "\\n"`` unless told otherwise),
-  :func:`write_parquet`;
+  :func:`write_parquet`, and :func:`csv_text` (rows of dicts as CSV text, for
+  :func:`write_text`);
 - :func:`atomic_path` for writers that need a path of their own (matplotlib ``savefig``, the
   GGUF writer, a model file streamed from wheels): it yields the temporary sibling, with the
   target's suffix so that writers that pick a format by extension pick the right one;
@@ -26,7 +27,9 @@ record's Arrow schema is its on-disk form and this module owns the on-disk form 
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import os
 import secrets
@@ -102,6 +105,17 @@ def json_text(obj: Any, *, indent: int | None = 1, ensure_ascii: bool = False,
     """The project's JSON form of ``obj``: ``json.dumps`` with these options, one newline after."""
     return json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii, default=default,
                       allow_nan=allow_nan) + "\n"
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """``rows`` as CSV with a header; the columns are every key of every row, in first-seen
+    order (a row without a key leaves its cell empty)."""
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def write_json(path: str | Path, obj: Any, *, indent: int | None = 1, ensure_ascii: bool = False,

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from adaspark.runs.stress import left_at_near_tie
 from adaspark.serving.client import ChatClient, ServerReplyError
 from adaspark.serving.llama_server import ServerProcess
 
@@ -42,13 +43,15 @@ def _ask(url: str, i: int, stream: bool):
 def test_replies_together_equal_the_one_at_a_time_servers(ours, together) -> None:
     alone = [_ask(ours.url, i, False).text for i in range(len(PROMPTS))]
     got: dict[int, str] = {}
-    near_ties: dict[int, int] = {}
+    near_ties: dict[int, list[int]] = {}
+    counts: dict[int, int] = {}
     gate = threading.Semaphore(SLOTS + QUEUE)  # never more than the server takes
 
     def one(i: int) -> None:
         with gate:
             r = _ask(together.url, i, stream=i % 2 == 0)
-            got[i], near_ties[i] = r.text, r.timings["near_ties"]
+            got[i], near_ties[i] = r.text, r.timings["near_tie_chars"]
+            counts[i] = r.timings["near_ties"]
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
     for t in threads:
@@ -56,13 +59,14 @@ def test_replies_together_equal_the_one_at_a_time_servers(ours, together) -> Non
     for t in threads:
         t.join(timeout=600)
     assert sorted(got) == list(range(len(PROMPTS)))  # no request lost
+    assert all(len(near_ties[i]) == counts[i] for i in got)
     # A reply may leave the one-at-a-time text at a near tie, which the server counts in exact
     # mode (the engine's test finds the tie at the first differing token): a reply that differs
     # had one, and starts as the one-at-a-time reply does.
     differ = [i for i in got if got[i] != alone[i]]
     assert len(differ) < len(PROMPTS), differ
-    for i in differ:
-        assert near_ties[i] > 0, (got[i], alone[i])
+    for i in differ:  # a near tie starts at or before the first character that differs
+        assert left_at_near_tie(got[i], alone[i], near_ties[i]), (got[i], alone[i])
         agree = next((k for k, (a, b) in enumerate(zip(got[i], alone[i], strict=False))
                       if a != b), min(len(got[i]), len(alone[i])))
         assert agree >= 16, (got[i], alone[i])
@@ -70,6 +74,7 @@ def test_replies_together_equal_the_one_at_a_time_servers(ours, together) -> Non
         h = c.health()
     assert h["slots"] == SLOTS and h["steps"] > 0 and h["active"] == 0 and h["queued"] == 0
     assert h["active_per_step"] > 1  # requests did share steps
+    assert h["readout_ms_per_step"] > 0 and h["host_us_per_request_step"] > 0
 
 
 def _hold(url: str, i: int, opened: threading.Event, release: threading.Event) -> None:
@@ -127,6 +132,10 @@ def test_a_full_queue_gets_503_and_a_client_that_leaves_frees_its_slot(together)
     assert _until(lambda: _health(together.url)["active"] == 0)  # the leavers' slots are free
     with ChatClient(together.url) as c:  # and the server still serves
         assert c.chat([{"role": "user", "content": "hi"}], max_tokens=4).text
+    # every request's outcome is counted once: each queued one ended in exactly one way
+    n = _health(together.url)["requests"]
+    assert n["refused"] >= 1 and n["cancelled"] >= SLOTS and n["finished"] >= 2
+    assert n["queued"] == sum(v for k, v in n.items() if k not in ("queued", "refused"))
 
 
 def test_a_request_that_never_fits_gets_400(together) -> None:

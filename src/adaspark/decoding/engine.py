@@ -68,7 +68,8 @@ class VerifyResult:
     ``verify_s`` is the whole verify of the tree's rows, the time the cost model learns (§3.2):
     ``build_s`` (sharing the prefix with each leaf sequence, ``llama_memory_seq_cp``, and filling
     the batch: both grow with the width), ``decode_s`` (the forward, ``llama_decode``) and the
-    read-out of the argmax (and gaps) after it. ``backlog_rows``: rows exact mode decodes again
+    read-out of the argmax (and gaps) after it (``readout_s``: reading the rows' logits over the
+    vocabulary, llama.cpp's output read by numpy). ``backlog_rows``: rows exact mode decodes again
     at the batch's head (the previous round's path, the class docstring), so its time is that of
     ``backlog_rows`` more rows; fast mode has none. Measurement runs use fast mode."""
 
@@ -76,6 +77,7 @@ class VerifyResult:
     verify_s: float
     build_s: float = 0.0
     decode_s: float = 0.0
+    readout_s: float = 0.0
     backlog_rows: int = 0
     gap: np.ndarray | None = None
     logits: np.ndarray | None = None
@@ -561,6 +563,7 @@ class Target(Model):
         """The pending verify's read-out (argmax, and gaps or logits when asked) from this
         target's ``n_rows`` output rows of the last decode; the caller sets the times."""
         assert self._pending is not None
+        t0 = time.perf_counter()
         lg = self.logits(n_rows)
         res = VerifyResult(argmax=lg.argmax(axis=1).astype(np.int64), verify_s=0.0,
                            backlog_rows=self._pending[2])
@@ -568,6 +571,7 @@ class Target(Model):
             res.gap = top2_gap(lg)
         if want_logits:
             res.logits = lg.copy()
+        res.readout_s = time.perf_counter() - t0
         return res
 
     def logits(self, n_rows: int) -> np.ndarray:

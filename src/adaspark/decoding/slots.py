@@ -196,8 +196,9 @@ class Active:
 class StepRecord:
     """One step: the requests in it (slot and rows each), its rows in all, and its times: the
     verify (``verify_s``: staging, the decode, the read-out), the target's ``llama_decode`` in it
-    (``decode_s``), the drafters' blocks (``draft_s``) and the whole step (``step_s``; the host's
-    own part is ``step_s - decode_s - draft_s``)."""
+    (``decode_s``), the read-out of every slot's argmax over the vocabulary (``readout_s``), the
+    drafters' blocks (``draft_s``) and the whole step (``step_s``). llama.cpp's part is the decode
+    and the read-out; the host's own part is :attr:`host_s`."""
 
     slots: list[int]
     rows: list[int]
@@ -205,6 +206,7 @@ class StepRecord:
     decode_s: float
     step_s: float
     draft_s: float = 0.0
+    readout_s: float = 0.0
     contexts: list[int] = field(default_factory=list)
     #: the rows the divider gave each request (None: each rule chose alone) and the step's
     #: verify time its cost law predicted for the rows verified
@@ -214,6 +216,11 @@ class StepRecord:
     @property
     def total_rows(self) -> int:
         return sum(self.rows)
+
+    @property
+    def host_s(self) -> float:
+        """The host's own part: rules, staging, commits, the rounds' bookkeeping."""
+        return self.step_s - self.decode_s - self.readout_s - self.draft_s
 
 
 class Batch:
@@ -326,7 +333,7 @@ class Batch:
             slots=[a.slot.index for a in order], rows=rows, verify_s=verify_s,
             decode_s=results[0].decode_s, step_s=time.perf_counter() - t0,
             draft_s=sum(o.block.draft_s for o in opened if o.block is not None),
-            contexts=contexts,
+            readout_s=sum(r.readout_s for r in results), contexts=contexts,
             shares=None if shares is None or len(shares) != len(rows) else list(shares),
             predicted_s=predicted))
         for a in ended:

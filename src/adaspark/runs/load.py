@@ -26,7 +26,6 @@ already in ``points.csv`` with the same settings is skipped, so a killed run res
 from __future__ import annotations
 
 import csv
-import io
 import os
 import random
 import sys
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from adaspark.config import ConfigError
-from adaspark.io import write_json, write_text
+from adaspark.io import csv_text, write_json, write_text
 
 
 @dataclass(frozen=True)
@@ -221,7 +220,8 @@ def server_for(cfg: Any, arm_name: str, clients: int, out: Path, params: Path):
 
 
 #: Our server's step times (``/health``, over its last steps; none for llama-server).
-HEALTH_KEYS = ["step_ms", "decode_ms_per_step", "draft_ms_per_step", "host_us_per_request_step"]
+HEALTH_KEYS = ["step_ms", "decode_ms_per_step", "readout_ms_per_step", "draft_ms_per_step",
+               "host_us_per_request_step"]
 
 
 def _health(url: str) -> dict[str, Any]:
@@ -237,22 +237,13 @@ def _health(url: str) -> dict[str, Any]:
         return {}
 
 
-def _csv_text(rows: list[dict]) -> str:
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols)
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
 def _append_csv(path: Path, rows: list[dict]) -> None:
     """``rows`` after the file's rows, the columns the union of both (rewritten atomically)."""
     old: list[dict] = []
     if path.is_file():
         with path.open() as f:
             old = list(csv.DictReader(f))
-    write_text(path, _csv_text(old + rows))
+    write_text(path, csv_text(old + rows))
 
 
 def read_points(out: Path) -> list[dict[str, Any]]:
@@ -304,7 +295,7 @@ def run_points(cfg: Any, settings: LoadSettings, out: Path, testset: Path) -> li
         print(f"  {s['aggregate_tps']:.2f} tok/s aggregate, {s['answered']}/{len(rows)} "
               "answered", file=sys.stderr, flush=True)
         _append_csv(out / "requests.csv", [key | r for r in rows])
-        write_text(out / "points.csv", _csv_text(points))
+        write_text(out / "points.csv", csv_text(points))
     print(_screen(points))
     return points
 

@@ -12,9 +12,14 @@ engine thread that admits, steps and ends requests between steps (continuous bat
 - A client that leaves (its job's ``cancel`` set) is ended at the next step; a queued one is
   dropped.
 - :meth:`BatchRunner.metrics` (``GET /health``): slots, active requests, queue length, steps, and
-  over the last steps the rows and requests per step and the step's time split into the target's
-  ``llama_decode``, the drafters' blocks and the host's own part per request (rules, staging,
-  read-out, commits); the engine thread logs them every ``LOG_EVERY_S`` seconds.
+  over the last steps the rows and requests per step and the step's time split into llama.cpp's
+  part (the target's ``llama_decode`` and the read-out of its logits: each row's argmax over the
+  vocabulary), the drafters' blocks and the host's own part per request (rules, staging,
+  commits, the rounds' bookkeeping), and every request's outcome counted since the start
+  (``requests``: queued, refused with the queue full, dropped while queued for waiting too long
+  or for its client leaving, and, of those started, finished, cancelled or failed): each queued
+  request ends in exactly one of the other counts. The engine thread logs them every
+  ``LOG_EVERY_S`` seconds.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,10 @@ from adaspark.serving.service import ArmService, Job, JobResult, Reply
 
 #: Seconds between the engine thread's log lines while it serves.
 LOG_EVERY_S = 30.0
+#: A request's outcomes (:meth:`BatchRunner.metrics`' ``requests``): ``queued`` is the sum of
+#: the others but ``refused``, once nothing waits or runs.
+OUTCOMES = ("queued", "refused", "dropped_busy", "dropped_left", "finished", "cancelled",
+            "failed")
 #: Steps whose rows :meth:`BatchRunner.metrics` averages.
 RECENT_STEPS = 64
 
@@ -92,9 +101,11 @@ class BatchRunner:
         self.last_log = time.monotonic()
         self.recent_rows: deque[int] = deque(maxlen=RECENT_STEPS)
         self.recent_active: deque[int] = deque(maxlen=RECENT_STEPS)
-        #: (step, target decode, drafting) seconds of the recent steps
-        self.recent_times: deque[tuple[float, float, float]] = deque(maxlen=RECENT_STEPS)
+        #: (step, target decode, read-out, drafting, host) seconds of the recent steps
+        self.recent_times: deque[tuple[float, ...]] = deque(maxlen=RECENT_STEPS)
         self.recent_errors: deque[float] = deque(maxlen=RECENT_STEPS)
+        #: every request's outcome since the start (module docstring); under ``lock``
+        self.outcomes: Counter[str] = Counter({k: 0 for k in OUTCOMES})
         self.thread = threading.Thread(target=self._loop, name="engine-batch", daemon=True)
         self.thread.start()
 
@@ -104,9 +115,11 @@ class BatchRunner:
         """Queue ``job``; None when the queue is full (the caller answers 503)."""
         with self.lock:
             if self.stopping or len(self.queue) >= self.max_queue + self._free_now():
+                self.outcomes["refused"] += 1
                 return None
             w = Waiting(job, Future())
             self.queue.append(w)
+            self.outcomes["queued"] += 1
         self.wake.set()
         return w.future
 
@@ -119,19 +132,22 @@ class BatchRunner:
             act = list(self.recent_active)
             times = list(self.recent_times)
             errors = list(self.recent_errors)
+            outcomes = Counter(self.outcomes)
         mean = (lambda xs: sum(xs) / len(xs) if xs else None)  # noqa: E731
-        host = [(s - d - dr) / a for (s, d, dr), a in zip(times, act, strict=True)]
+        host = [t[4] / a for t, a in zip(times, act, strict=True)]
         return {"slots": len(self.batch.target.slots), "active": len(self.running),
                 "queued": len(self.queue), "max_queue": self.max_queue,
                 "steps": self.n_steps, "rows_per_step": mean(rows),
                 "active_per_step": mean(act),
                 "step_ms": mean([t[0] * 1e3 for t in times]),
                 "decode_ms_per_step": mean([t[1] * 1e3 for t in times]),
-                "draft_ms_per_step": mean([t[2] * 1e3 for t in times]),
+                "readout_ms_per_step": mean([t[2] * 1e3 for t in times]),
+                "draft_ms_per_step": mean([t[3] * 1e3 for t in times]),
                 "host_us_per_request_step": mean([h * 1e6 for h in host]),
                 # the batch rule's cost law: its median relative error on the recent steps
                 "step_cost_median_error": (sorted(errors)[len(errors) // 2] if errors
-                                           else None)}
+                                           else None),
+                "requests": dict(outcomes)}
 
     def stop(self) -> None:
         with self.lock:
@@ -180,6 +196,7 @@ class BatchRunner:
             self._done(k, finished=False, stop="error", error=why)
         with self.lock:
             queue, self.queue = self.queue, deque()
+            self.outcomes["failed"] += len(queue)
         for w in queue:
             if not w.future.done():
                 w.future.set_exception(RequestError(500, why, kind="server_error"))
@@ -192,6 +209,7 @@ class BatchRunner:
                     if w.job.cancel.is_set() or now - w.since > self.queue_wait_s]
             for w in gone:
                 self.queue.remove(w)
+                self.outcomes["dropped_left" if w.job.cancel.is_set() else "dropped_busy"] += 1
         for w in gone:
             if w.future.done():  # cancelled by its caller (asyncio.wrap_future) meanwhile
                 continue
@@ -215,6 +233,8 @@ class BatchRunner:
                     return  # the head waits for room (first come, first served)
                 self.queue.popleft()
             if not w.future.set_running_or_notify_cancel():
+                with self.lock:
+                    self.outcomes["dropped_left"] += 1
                 continue
             job = w.job
             self.service.n_requests += 1
@@ -226,6 +246,8 @@ class BatchRunner:
             except Exception as e:
                 res = self.service.finish(job, reply, session, False, "error",
                                           f"{type(e).__name__}: {e}")
+                with self.lock:
+                    self.outcomes["failed"] += 1
                 w.future.set_result(res)
                 continue
             self.running[active.slot.index] = Running(job, w.future, reply, active,
@@ -259,7 +281,8 @@ class BatchRunner:
             self.n_steps += 1
             self.recent_rows.append(rec.total_rows)
             self.recent_active.append(len(rec.slots))
-            self.recent_times.append((rec.step_s, rec.decode_s, rec.draft_s))
+            self.recent_times.append((rec.step_s, rec.decode_s, rec.readout_s, rec.draft_s,
+                                      rec.host_s))
             if rec.predicted_s is not None and rec.verify_s > 0:
                 self.recent_errors.append(abs(rec.predicted_s / rec.verify_s - 1.0))
         for k in rec.slots:
@@ -278,9 +301,17 @@ class BatchRunner:
             "queue_ms": r.queued_s * 1e3, "steps": r.steps, "rows_per_step": r.step_rows / n,
             "companions_per_step": r.companions / n, "slot": k}
         if self.batch.want_gaps:
-            extra["near_ties"] = sum(g < NEAR_TIE_GAP for g in r.active.session.gaps)
+            ties = [i for i, g in enumerate(r.active.session.gaps) if g < NEAR_TIE_GAP]
+            extra["near_ties"] = len(ties)
+            # where each stands in the text: a reply that leaves its one-at-a-time text must
+            # have one at or before the first character that differs
+            before = r.reply.chars_before
+            extra["near_tie_chars"] = [before[i] for i in ties if i < len(before)]
         res = self.service.finish(r.job, r.reply, r.active.session, finished, stop, error,
                                   extra)
+        with self.lock:
+            self.outcomes["finished" if finished else
+                          "cancelled" if stop == "cancelled" else "failed"] += 1
         r.future.set_result(res)
 
     def _drain(self) -> None:
@@ -290,6 +321,7 @@ class BatchRunner:
             self._done(k, finished=False, stop="cancelled")
         with self.lock:
             queue, self.queue = self.queue, deque()
+            self.outcomes["dropped_busy"] += len(queue)
         for w in queue:
             w.future.set_exception(RequestError(503, "the server is shutting down",
                                                 kind="server_busy"))

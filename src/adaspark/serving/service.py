@@ -94,6 +94,9 @@ class Reply:
                                              id_prefix=uuid.uuid4().hex[:8] + "_")
         self.assembler = tool_calls.MessageAssembler()
         self.n_out = 0
+        #: per token, the characters of decoded text before it (where a near tie stands)
+        self.chars_before: list[int] = []
+        self._chars = 0
 
     def feed(self, tokens: list[int]) -> None:
         """A round's committed tokens: one list of deltas per token, emitted together."""
@@ -101,7 +104,10 @@ class Reply:
         per_token = []
         for tok in tokens:
             piece = b"" if t.is_eog(tok) else t.token_bytes(tok)
-            deltas = self.parser.feed(self.decoder.decode(piece))
+            text = self.decoder.decode(piece)
+            self.chars_before.append(self._chars)
+            self._chars += len(text)
+            deltas = self.parser.feed(text)
             for d in deltas:
                 self.assembler.add(d)
             per_token.append(deltas)
