@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from adaspark.decoding.engine import common_prefix
 from adaspark.runs.stress import left_at_near_tie
 from adaspark.serving.client import ChatClient, ServerReplyError
 from adaspark.serving.llama_server import ServerProcess
@@ -67,9 +68,7 @@ def test_replies_together_equal_the_one_at_a_time_servers(ours, together) -> Non
     assert len(differ) < len(PROMPTS), differ
     for i in differ:  # a near tie starts at or before the first character that differs
         assert left_at_near_tie(got[i], alone[i], near_ties[i]), (got[i], alone[i])
-        agree = next((k for k, (a, b) in enumerate(zip(got[i], alone[i], strict=False))
-                      if a != b), min(len(got[i]), len(alone[i])))
-        assert agree >= 16, (got[i], alone[i])
+        assert common_prefix(got[i], alone[i]) >= 16, (got[i], alone[i])
     with ChatClient(together.url) as c:
         h = c.health()
     assert h["slots"] == SLOTS and h["steps"] > 0 and h["active"] == 0 and h["queued"] == 0

@@ -115,8 +115,8 @@ def top2_gap(logits: np.ndarray) -> np.ndarray:
     return (part[:, -1] - part[:, -2]).astype(np.float64)
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading items (tokens, or a text's characters) ``a`` and ``b`` share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

@@ -35,6 +35,7 @@ The checks (:func:`verdicts`), each a written rule over the counts:
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -44,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from adaspark.decoding.engine import common_prefix
 from adaspark.io import csv_text, write_json, write_text
 
 #: ``memory_flat``: the last quarter's RSS may exceed the second quarter's by this share ...
@@ -113,24 +115,22 @@ def one(url: str, text: str, p: Planned, max_tokens: int) -> dict[str, Any]:
                     r.read()
                     time.sleep(float(r.headers.get("Retry-After") or 1))
                     continue
+                tried = {"refused": refused, "retry_after_missing": retry_after_missing}
                 if r.status_code != 200:
                     r.read()
-                    return {"outcome": f"http {r.status_code}", "refused": refused,
-                            "error": r.text[:300]}
+                    return tried | {"outcome": f"http {r.status_code}", "error": r.text[:300]}
                 if not p.stream:
-                    import json
-
                     d = json.loads(r.read())
-                    return {"outcome": "reply", "refused": refused,
-                            "text": d["choices"][0]["message"]["content"],
-                            "near_tie_chars": (d.get("timings") or {}).get("near_tie_chars"),
-                            "retry_after_missing": retry_after_missing}
-                return _read_stream(r, p, refused) | {"retry_after_missing": retry_after_missing}
+                    return tried | {"outcome": "reply",
+                                    "text": d["choices"][0]["message"]["content"],
+                                    "near_tie_chars": (d.get("timings") or {}).get(
+                                        "near_tie_chars")}
+                return tried | _read_stream(r, p)
 
 
-def _read_stream(r: Any, p: Planned, refused: int) -> dict[str, Any]:
-    import json
-
+def _read_stream(r: Any, p: Planned) -> dict[str, Any]:
+    """A streamed reply's outcome: ``cancelled`` once the client left after ``p.leave_after``
+    token events, else the reply's text and near-tie positions."""
     text, events, ties = [], 0, None
     for line in r.iter_lines():
         payload = line[len("data:"):].strip() if line.startswith("data:") else ""
@@ -145,9 +145,8 @@ def _read_stream(r: Any, p: Planned, refused: int) -> dict[str, Any]:
                 text.append(piece)
                 events += 1
         if p.leave_after is not None and events >= p.leave_after:
-            return {"outcome": "cancelled", "refused": refused}  # closes the stream
-    return {"outcome": "reply", "refused": refused, "text": "".join(text),
-            "near_tie_chars": ties}
+            return {"outcome": "cancelled"}  # closes the stream
+    return {"outcome": "reply", "text": "".join(text), "near_tie_chars": ties}
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -172,8 +171,7 @@ def memory_growth(samples: list[float]) -> tuple[float, float] | None:
 def left_at_near_tie(text: str, alone: str, near_tie_chars: list[int] | None) -> bool:
     """Whether ``text`` leaves ``alone`` at a near tie: a near-tie token starts at or before the
     first character where they differ (a token that differs starts there or earlier)."""
-    first = next((k for k, (a, b) in enumerate(zip(text, alone, strict=False)) if a != b),
-                 min(len(text), len(alone)))
+    first = common_prefix(text, alone)
     return any(c <= first for c in near_tie_chars or [])
 
 
