@@ -40,9 +40,10 @@ def measure(arm: str, n: int, steps: int, warmup: int) -> dict[str, float]:
         raise SystemExit(f"--arms: {arm!r} is not one of {sorted(rules)}")
     target = SlotTarget(verified_path("qwen2.5-coder-1.5b-instruct-q4_k_m"), 8192, exact=False,
                         n_slots=n)
-    drafters = [None if arm == "ar" else
-                DraftModelDrafter(verified_path("qwen2.5-coder-0.5b-instruct-q4_k_m"), 4096,
-                                  exact=False) for _ in range(n)]
+    # one draft-model context with a sequence per request, as the server builds it in fast mode
+    drafters = ([None] * n if arm == "ar" else
+                DraftModelDrafter(verified_path("qwen2.5-coder-0.5b-instruct-q4_k_m"), 8192,
+                                  exact=False, n_seqs=n).sequences())
     try:
         batch = Batch(target, drafters, 4,
                       divider=BatchChooser() if arm == "adaspark" else None)

@@ -63,12 +63,13 @@ def make_arm_rule(arm: ArmConfig, scheduler: Mapping[str, Any] | None = None,
     return cls.from_options(arm.rule, **extra)
 
 
-def build_drafter(view: Any, arm: ArmConfig, target: Target, *, exact: bool
-                  ) -> tuple[Drafter, dict[str, Any]]:
+def build_drafter(view: Any, arm: ArmConfig, target: Target, *, exact: bool,
+                  n_seqs: int = 1, n_ctx: int | None = None) -> tuple[Drafter, dict[str, Any]]:
     """The drafter ``arm`` names (``view``: the composed config through
     :func:`~adaspark.schema.arm_view`), loaded beside the running ``target``, and its model
     entry (path, sha256). A DSpark drafter hooks the target's committed rows, so it must be
-    built before the target's first prefill."""
+    built before the target's first prefill. With ``n_seqs`` > 1 a draft model's context holds
+    a sequence per request (its ``sequences()``), of at least ``n_ctx`` tokens in all."""
     drafter_cfg = drafter_config(view)
     key = drafter_key(arm)
     why = (model_files.not_for_target(str(drafter_cfg.model), view.target, key)
@@ -81,10 +82,11 @@ def build_drafter(view: Any, arm: ArmConfig, target: Target, *, exact: bool
                              f"; the arm names its own drafter ({key}), so drafter.path "
                              "does not reach it"))
     dpath, dsha = model_files.resolve(drafter_cfg)
+    shared = {} if n_seqs == 1 else {"n_seqs": n_seqs}
     drafter = make_drafter(
-        drafter_cfg.kind, path=dpath, n_ctx=drafter_cfg.n_ctx, exact=exact,
+        drafter_cfg.kind, path=dpath, n_ctx=max(drafter_cfg.n_ctx, n_ctx or 0), exact=exact,
         top_k=drafter_cfg.candidates_per_position, threads=view.get("threads"), target=target,
-        n_gpu_layers=configured_gpu_layers(drafter_cfg, key),
+        n_gpu_layers=configured_gpu_layers(drafter_cfg, key), **shared,
     )
     return drafter, {"path": str(dpath), "sha256": dsha}
 
@@ -170,7 +172,14 @@ def build_slots(cfg: Any, arm: ArmConfig, *, exact: bool, n_slots: int,
     models = {"target": {"path": str(tpath), "sha256": tsha}}
     drafters: list[Drafter | None] = [None] * n_slots
     try:
-        if rules[0].uses_drafter:
+        if rules[0].uses_drafter and not exact:  # one context, a sequence per slot
+            first, models["drafter"] = build_drafter(cfg, arm, target, exact=exact,
+                                                     n_seqs=n_slots, n_ctx=target.n_ctx)
+            drafters = list(first.sequences())
+            if len(drafters) != n_slots:
+                raise ConfigError(f"arm {arm.name}: its drafter serves {len(drafters)} "
+                                  f"request(s) at once, not {n_slots}")
+        elif rules[0].uses_drafter:  # a context per slot (slots, "Drafting")
             for k in range(n_slots):
                 drafters[k], models["drafter"] = build_drafter(cfg, arm, target, exact=exact)
     except Exception:

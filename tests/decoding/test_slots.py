@@ -6,6 +6,7 @@ when its request ends."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -82,7 +83,8 @@ def _run_together(target, drafters, prompts, arm: str, sampled: bool
             sessions[i] = RequestSession(rule(), prompts[i], f"r{i}",
                                          sampling=_sampling(i) if sampled else None)
             running[i] = batch.admit(sessions[i], LENGTHS[i])
-        batch.step()
+        for a in batch.step():  # no request's rule or drafter failed
+            assert a.error is None, (a.session.request_id, a.error)
         steps += 1
         if steps == 3 and not running[cancelled].done:
             batch.finish(running[cancelled])
@@ -104,7 +106,9 @@ def test_batched_replies_equal_their_plain_decodes(tiny_target, shared, arm) -> 
         divided = [s for s in batch.steps if s.shares is not None]
         assert divided and all(r <= c for s in divided
                                for r, c in zip(s.rows, s.shares, strict=True))
-        assert all(s.predicted_s is not None for s in divided)
+        # once the law is fitted every step's time is predicted (the first steps probe)
+        fitted = next(k for k, s in enumerate(batch.steps) if s.predicted_s is not None)
+        assert all(s.predicted_s is not None for s in batch.steps[fitted:])
     near_ties = 0
     for i, s in sessions.items():
         want, gaps = plain[i]
@@ -149,33 +153,39 @@ def test_a_seed_reproduces_under_load(tiny_target, shared) -> None:
 
 
 class _Offering(AdaSparkRule):
-    """AdaSpark asked for its offer before each plan, as a shared step asks."""
+    """AdaSpark asked for its offer before each plan, as a shared step asks; each round, a copy
+    of the rule as it stood before the offer plans the same round without one."""
 
     offers: list[list[float]]
+    pairs: list[tuple[list[int], list[int]]]
 
     def plan(self, state, block):
-        if block is not None:
-            g = self.offer(state, block)
-            assert g is not None and len(g) <= state.max_rows - 1
-            assert all(b <= a for a, b in itertools.pairwise(g))  # best first
-            self.offers = [*getattr(self, "offers", []), g]
-        return super().plan(state, block)
+        if block is None:
+            return super().plan(state, block)
+        twin = copy.deepcopy(self)
+        alone = AdaSparkRule.plan(twin, state, block)
+        g = self.offer(state, block)
+        assert g is not None and len(g) <= state.max_rows - 1
+        assert all(b <= a for a, b in itertools.pairwise(g))  # best first
+        self.offers = [*getattr(self, "offers", []), g]
+        planned = super().plan(state, block)
+        self.pairs = [*getattr(self, "pairs", []),
+                      (list(planned.tree.tokens), list(alone.tree.tokens))]
+        return planned
 
 
 def test_an_offer_before_the_plan_changes_nothing(tiny_target, shared) -> None:
-    """The offer computes the round's order once and the plan reuses it: the same trees, the
-    same text, round for round."""
+    """The offer computes the round's order once and the plan reuses it: every round's tree is
+    the one the same rule plans without an offer (a copy of it in the same state: a learned
+    width follows the measured verify times, so two runs need not make the same trees)."""
     _, drafters = shared
     prompt = tiny_target.tokenize(PROMPTS[0])
-    runs = []
-    for cls in (AdaSparkRule, _Offering):
-        rule = cls()
-        for _ in range(2):  # the second request starts from the first one's store
-            s = generate(tiny_target, prompt, 24, rule, drafters[0], 4, want_trace=True)
-        runs.append((s.tokens, [r.rows for r in s.records]))
-        if cls is _Offering:
-            assert rule.offers and any(len(g) > 0 for g in rule.offers)
-    assert runs[0] == runs[1]
+    rule = _Offering()
+    for _ in range(2):  # the second request starts from the first one's store
+        generate(tiny_target, prompt, 24, rule, drafters[0], 4)
+    assert rule.offers and any(len(g) > 0 for g in rule.offers)
+    assert len(rule.pairs) >= 8 and any(len(t) > 1 for t, _ in rule.pairs)
+    assert all(t == alone for t, alone in rule.pairs)
 
 
 class _FailsOnThirdRound(type(make_rule("chain", positions=3))):  # type: ignore[misc]

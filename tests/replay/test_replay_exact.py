@@ -120,3 +120,36 @@ def test_dspark_arms_replay_exactly(dspark_run, arm) -> None:
     assert out["rounds_identical"] == out["rounds"], out["first_mismatches"]
     assert out["committed_identical"] is True and out["exact"] is True
     assert out["accepted"] > 0  # the oracle's drafts are accepted: the labels' blocks are read
+
+
+def test_the_batch_replay_serves_the_labelled_replies_n_at_a_time(run_dir) -> None:
+    """The closed-loop batch replay over the run's own labels (issue 37, item 7): each reply's
+    text whatever shares its steps, the steps shared, labelled synthetic; plain decode of three
+    requests in one step costs one 3-row verify (flat to 8 rows), so tokens per second grow
+    with the requests per step."""
+    from adaspark.config import compose
+    from adaspark.replay.batch import replay_arm_load
+    from adaspark.runs.settings import ArmEntry, arm_config
+
+    if not any((run_dir / "labels").glob("*/*.parquet")):  # the replays above made them
+        replay_cli(run_dir, "adaspark")
+    cfg = compose(PAIR)
+    arm = lambda name: arm_config(cfg, ArmEntry.parse(name))  # noqa: E731
+    # the labels stage's depth past each reply, labelled on the engine where short
+    kw = {"device": "step-at-8", "replies_of": "adaspark", "labels": run_dir / "labels",
+          "engine": True}
+    ada = replay_arm_load(cfg, arm("adaspark"), run_dir, clients=[1, 3], **kw)
+    ar = replay_arm_load(cfg, arm("ar"), run_dir, clients=[1, 3], labels_arm=arm("adaspark"),
+                         **kw)
+    for points in (ada, ar):
+        one, three = points
+        assert one["replies"] == three["replies"] == len(read_traces(run_dir / "adaspark" /
+                                                                     "trace"))
+        assert one["tokens"] == three["tokens"] > 0  # the same texts
+        assert one["requests_per_step"] == 1 and three["requests_per_step"] > 1.5
+        assert "synthetic batch law" in three["label"] and three["device"] == "step-at-8"
+    # a step of plain decode costs one verify's 20 ms (and the host's 0.15 ms a request):
+    # tokens per second grow with the requests a step holds
+    assert ar[1]["aggregate_tps"] / ar[0]["aggregate_tps"] == pytest.approx(
+        ar[1]["requests_per_step"], rel=0.05)
+    assert ar[0]["rows_per_request_step"] == 1

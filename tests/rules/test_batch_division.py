@@ -103,15 +103,15 @@ def test_bad_input_is_named():
 
 
 def test_the_online_chooser_learns_the_knee_and_then_narrows_as_the_batch_grows():
-    """Steps timed by the known knee law (with 2% noise) at random rows: the chooser divides
-    nothing before its first fit, then recovers the law and divides as the known answers say,
-    at its long-run rate (tokens per second of the steps it saw)."""
+    """Steps timed by the known knee law (with 2% noise) at random rows: the chooser probes
+    before its first fit, then recovers the law and divides as the known answers say, at its
+    long-run rate (tokens per second of the steps it saw)."""
     from adaspark.rules.adaspark.batch import BatchChoiceOptions, BatchChooser
 
     rng = np.random.default_rng(0)
     chooser = BatchChooser(BatchChoiceOptions(min_steps=24, refit_every=8, window=256,
                                               half_life_steps=32.0))
-    assert chooser.divide([GAINS] * 2, [9, 9], [100, 100]) is None
+    assert chooser.divide([GAINS] * 2, [9, 9], [100, 100]) == (1, 1)  # a probe: anchors
     for _ in range(64):
         n = int(rng.integers(1, 5))
         rows = [int(r) for r in rng.integers(1, 10, size=n)]
@@ -129,3 +129,36 @@ def test_the_online_chooser_learns_the_knee_and_then_narrows_as_the_batch_grows(
     # must pay rho * slope (rho near 400 tokens/s here: only the best two gains pay)
     assert sum(wide) >= KNEE.knee - 1
     assert max(narrow) <= 3 < max(wide)
+
+
+def test_the_chooser_probes_its_rungs_in_turn_then_one_step_in_probe_every():
+    """Before the first fit every division is a probe: each request's best ``rung`` rows, the
+    rungs in turn (0: the rules' own choice, None); after it, one division in ``probe_every``,
+    the gap doubling after a probe whose time the law predicted and back after one it missed;
+    a request given its anchor alone does not draft until the next probe."""
+    from adaspark.rules.adaspark.batch import BatchChoiceOptions, BatchChooser
+
+    chooser = BatchChooser(BatchChoiceOptions(min_steps=4, refit_every=1, probe_rows=(1, 3, 0),
+                                              probe_every=5))
+    caps, ctx = [9, 2], [100, 100]
+    got = [chooser.divide([GAINS] * 2, caps, ctx) for _ in range(4)]
+    assert got == [(1, 1), (3, 2), None, (1, 1)]
+    for rows in ([1, 1], [3, 2], [6, 6], [9, 9]):
+        chooser.observe(rows, ctx, KNEE.time(rows, ctx), tokens=4)
+    assert chooser.law is not None
+    # divisions 5 to 9: the 4th probe (division 4) set the next at 4 + 5
+    later = [chooser.divide([GAINS] * 2, caps, ctx, keys=[0, 1]) for _ in range(5)]
+    assert all(d is not None for d in later[:4]) and later[4] == (3, 2)
+    chooser.observe([3, 2], ctx, chooser.law.time([3, 2], ctx), tokens=4)  # as said: gap 10
+    probes = [k for k in range(10, 25)
+              if chooser.divide([GAINS] * 2, caps, ctx, keys=[0, 1]) is None]
+    assert probes == [19]
+    chooser.observe([9, 9], ctx, 10 * chooser.law.time([9, 9], ctx), tokens=4)  # a miss: 5
+    assert [k for k in range(25, 36)
+            if chooser.divide([GAINS] * 2, caps, ctx, keys=[0, 1]) == (1, 1)] == [29]
+    # a request whose rows do not pay (worthless gains) gets its anchor alone and then skips
+    # its block until the division before the next probe
+    chooser.divide([[1e-6] * 8, GAINS], caps, ctx, keys=[0, 1])
+    assert not chooser.drafts(0) and chooser.drafts(1)
+    quiet = BatchChooser(BatchChoiceOptions(probe_rows=()))  # no probes: nothing before a fit
+    assert quiet.divide([GAINS] * 2, caps, ctx) is None

@@ -76,12 +76,45 @@ def write_load_figure(load_dir: Path) -> Path | None:
     return save(load_figure(points), load_dir, FIGURE)[0]
 
 
-def load_section(load_dir: Path) -> Section:
-    """The report's block (a line naming the preset that fills it when no point ran)."""
+#: The replay stage's batch points (``runs/replay/batch/points.csv``: :mod:`adaspark.replay.batch`)
+BATCH_COLUMNS = {"device": "device model", "arm": "arm", "clients": "N",
+                 "aggregate_tps": "aggregate tok/s", "decode_tps_p50": "decode tok/s p50",
+                 "rows_per_request_step": "rows per request-step",
+                 "requests_per_step": "requests/step", "replies": "replies"}
+
+
+def batch_replay_table(batch_dir: Path) -> pd.DataFrame | None:
+    """The batch replay's points (None without them), each device model's arms by N, with
+    each arm's aggregate tok/s over the same device's best other arm at that N."""
+    path = batch_dir / POINTS
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    frame = pd.read_csv(path)
+    best_other = [frame[(frame["device"] == r.device) & (frame["clients"] == r.clients)
+                        & (frame["arm"] != r.arm)]["aggregate_tps"].max()
+                  for r in frame.itertuples()]
+    out = frame[[c for c in BATCH_COLUMNS if c in frame]].rename(columns=BATCH_COLUMNS)
+    out["over the best other arm"] = [f"{a / b:.2f}x" if b and b == b else ""
+                                      for a, b in zip(frame["aggregate_tps"], best_other,
+                                                      strict=True)]
+    return out
+
+
+def load_section(load_dir: Path, batch_dir: Path | None = None) -> Section:
+    """The report's block (a line naming the preset that fills it when no point ran), with the
+    replay stage's batch points under ``batch_dir`` where it made them."""
     sec = Section("Several requests at once (not a table of the paper)")
     points = load_points(load_dir)
     meta_path = load_dir / "load.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    batch = batch_replay_table(batch_dir) if batch_dir is not None else None
+    if batch is not None:
+        sec.p("Batch replay (synthetic batch law: the paper gives no batch numbers). The "
+              "labelled replies in a closed loop of N clients under each device model, a "
+              "step priced as one verify of all its rows at their mean context, linear past "
+              "the model's widest class, D once a step (adaspark.replay.batch). An "
+              "extrapolation of the device models, not a measurement.")
+        sec.tables(("Batch replay (synthetic)", *frame_cells(batch)))
     if points.empty:
         return sec.p("No load point in this preset: `dvc exp run -S preset=load` runs our "
                      "server with several slots against llama-server --parallel "

@@ -413,7 +413,7 @@ def build_sections(runs: Path, tables_dir: Path, figures_dir: Path, params: dict
     if ((params.get("load") or {}).get("arms")):  # a preset with load points (preset=load)
         from adaspark.analysis.load import load_section
 
-        sections.append(load_section(runs / "load"))
+        sections.append(load_section(runs / "load", runs / "replay" / "batch"))
     sections.append(_why_section(records, {t["name"]: t for t in tables}, params))
     sections.append(Section("Tables").p(
         "Tables 1-10 of the paper; Tables 11-15 are its prose and are left out."

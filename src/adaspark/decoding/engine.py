@@ -186,6 +186,7 @@ class Model:
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
         self._pieces: dict[tuple[int, bool], bytes] = {}
         self.on_committed_rows: CommittedRows | None = None
+        self.n_decodes = 0  # llama_decode calls on this context
 
     def close(self) -> None:
         ll = _llama()
@@ -268,6 +269,7 @@ class Model:
         rc = ll.llama_decode(self.ctx, self._batch)
         ll.llama_synchronize(self.ctx)
         dt = time.perf_counter() - t0
+        self.n_decodes += 1
         if rc != 0:
             raise EngineError(
                 f"llama_decode failed with code {rc} on a batch of {self._batch.n_tokens} rows "
@@ -291,28 +293,6 @@ class Model:
             if self.on_committed_rows is not None:
                 self.on_committed_rows(range(end - start), start)
         return Prefill(reused=keep, decoded=len(tokens) - keep, seconds=spent)
-
-    def catch_up(self, cached: list[int], tokens: list[int], step: int | None = None) -> Prefill:
-        """Make sequence 0 hold exactly ``tokens`` when it holds ``cached`` now: keep every cell
-        of the common prefix (the last token is always decoded, for its logits, which
-        :meth:`logits` then gives as one row) and decode the rest in batches of ``step`` tokens
-        (default ``n_batch``). Returns the cells kept, the tokens decoded and the seconds spent
-        decoding."""
-        if not tokens:
-            raise EngineError("cannot catch up to an empty sequence")
-        keep = common_prefix(cached, tokens[:-1])
-        _llama().llama_memory_seq_rm(self.mem, 0, keep, -1)
-        todo = tokens[keep:]
-        spent = 0.0
-        step = step or self.n_batch
-        for start in range(0, len(todo), step):
-            part = todo[start : start + step]
-            last = start + len(part) == len(todo)
-            pos = range(keep + start, keep + start + len(part))
-            self._fill(part, pos, [[0]] * len(part),
-                       [last and i == len(part) - 1 for i in range(len(part))])
-            spent += self._decode()
-        return Prefill(reused=keep, decoded=len(todo), seconds=spent)
 
     def logits(self, n_rows: int) -> np.ndarray:
         """View of the logits of the last decode's ``n_rows`` output rows (do not keep it)."""

@@ -216,17 +216,27 @@ class OpenRound:
         return self.state.round_index
 
 
-def draft_round(world: RoundWorld, session: RequestSession, block_positions: int) -> OpenRound:
-    """Algorithm 1, lines 5-6, for ``session`` in ``world``: whether to draft, and the block."""
+def open_block(world: RoundWorld, session: RequestSession, block_positions: int
+               ) -> tuple[OpenRound, int]:
+    """Algorithm 1, line 5, for ``session`` in ``world``: the round opened, and how many
+    positions its block drafts (0: no block)."""
     rule = session.rule
     committed = world.committed
     state = RoundState(committed=committed, round_index=session.rounds,
                        max_rows=world.max_rows, block_positions=block_positions)
-    t_round = time.perf_counter()
-    opened = OpenRound(state, None, t_round, len(committed) - 1, int(committed[-1]))
+    opened = OpenRound(state, None, time.perf_counter(), len(committed) - 1, int(committed[-1]))
     if world.drafts and rule.uses_drafter and rule.wants_block(state):
         room = room_left(world.n_ctx, len(committed))
-        opened.block = world.draft(max(1, min(rule.block_positions(block_positions), room)))
+        return opened, max(1, min(rule.block_positions(block_positions), room))
+    return opened, 0
+
+
+def draft_round(world: RoundWorld, session: RequestSession, block_positions: int) -> OpenRound:
+    """Algorithm 1, lines 5-6, for ``session`` in ``world``: whether to draft, and the block (a
+    shared step drafts its requests' blocks together instead: :mod:`adaspark.decoding.slots`)."""
+    opened, positions = open_block(world, session, block_positions)
+    if positions:
+        opened.block = world.draft(positions)
     return opened
 
 

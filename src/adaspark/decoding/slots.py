@@ -26,10 +26,19 @@ alone: a reply agrees with its plain greedy decode in argmax, and may differ at 
 top-2 gap under 0.5, HARNESS's rule), which the exactness test counts.
 
 :class:`Batch` runs requests on the slots: admission (a prefill and the drafter's), a step
-(:func:`~adaspark.decoding.loop.open_round` for each, one decode, each commit and
-:func:`~adaspark.decoding.loop.close_round`), cancellation and the end of a request. Drafting is
-per request: a draft-model drafter per slot, each with its own context (a DSpark drafter reads
-the target's hidden states through a hook on one target, so it is not batched yet).
+(:func:`~adaspark.decoding.loop.open_block` for each, the blocks drafted together, each
+:func:`~adaspark.decoding.loop.plan_round`, one decode, each commit and
+:func:`~adaspark.decoding.loop.close_round`), cancellation and the end of a request. Its two
+engine parts, the blocks (:meth:`Batch._blocks`) and the verify with the commits
+(:meth:`Batch._verify`), are what the batch replay replaces with labels and a device model's
+prices (:mod:`adaspark.replay.batch`), so a replayed step is this step.
+
+Drafting. In fast mode a draft model serves every slot from one context, a sequence per slot,
+and drafts the step's blocks in one batched forward per position
+(:meth:`~adaspark.decoding.drafter.draft_model.DraftModelDrafter.draft_together`). In exact mode
+each slot has a draft-model context of its own and drafts alone, one row per decode, so a
+block depends only on its request's committed text. A DSpark drafter reads the target's hidden
+states through a hook on one target, so it does not serve several slots yet.
 """
 
 from __future__ import annotations
@@ -40,13 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from adaspark.decoding.drafter.base import Drafter
+from adaspark.decoding.drafter.base import Block, Drafter
 from adaspark.decoding.engine import EngineError, Target, VerifyResult
 from adaspark.decoding.loop import (
     EngineWorld,
     RequestSession,
+    Verified,
     close_round,
-    draft_round,
+    open_block,
     plan_round,
 )
 from adaspark.decoding.tree import MAX_ROWS_EXACT, MAX_ROWS_FAST, Tree
@@ -96,6 +106,7 @@ class Slot(Target):
         self.leaf_ids = seq_ids[1:]
         self.owns_context = False
         self._out0 = 0
+        self.n_decodes = 0
 
     def close(self) -> None:
         """Nothing to free: the owner's context is shared."""
@@ -165,8 +176,14 @@ class RowDivider(Protocol):
     :class:`adaspark.rules.adaspark.batch.BatchChooser`) and learns the step's cost."""
 
     def divide(self, gains: Sequence[Sequence[float]], caps: Sequence[int],
-               contexts: Sequence[int]) -> Sequence[int] | None:
-        """Rows per request (anchor included), or None to let each rule choose alone."""
+               contexts: Sequence[int], keys: Sequence[int] | None = None
+               ) -> Sequence[int] | None:
+        """Rows per request (anchor included), or None to let each rule choose alone;
+        ``keys``: the requests' slots."""
+        ...
+
+    def drafts(self, key: int) -> bool:
+        """Whether the request in slot ``key`` drafts a block for the next step."""
         ...
 
     def predict(self, rows: Sequence[int], contexts: Sequence[int]) -> float | None: ...
@@ -190,6 +207,17 @@ class Active:
     on_tokens: Callable[[list[int]], None] | None = None
     done: bool = False
     error: str | None = None  # its rule or drafter failed (the request ended, the step went on)
+
+
+@dataclass
+class StepTimes:
+    """A step's verify (``verify_s``), the target's ``llama_decode`` in it, the read-out of
+    its logits, and the whole step where the world prices it (None: the step's own clock)."""
+
+    verify_s: float
+    decode_s: float = 0.0
+    readout_s: float = 0.0
+    step_s: float | None = None
 
 
 @dataclass
@@ -287,7 +315,8 @@ class Batch:
         a.done = True
         self.active.pop(a.slot.index, None)
         a.slot.discard()
-        a.session.decode_s = time.perf_counter() - a.started
+        if a.world.measured:  # else the priced rounds' sum (a replay: close_round keeps it)
+            a.session.decode_s = time.perf_counter() - a.started
         if error is None:
             a.session.__exit__(None, None, None)
         else:
@@ -301,19 +330,16 @@ class Batch:
         if not self.active:
             return []
         t0 = time.perf_counter()
-        order, opened = self._draft(sorted(self.active.values(), key=lambda a: a.slot.index))
+        order, opened, draft_s = self._draft(sorted(self.active.values(),
+                                                    key=lambda a: a.slot.index))
         shares = self._shares(order, opened)
         order, opened = self._plan(order, opened, shares)
         if not order:
             return self.failed_now()
-        trees = [o.plan.tree for o in opened if o.plan is not None]
-        results = self.target.step(list(zip([a.slot for a in order], trees, strict=True)),
-                                   want_gaps=self.want_gaps)
+        verified, times = self._verify(order, opened, draft_s)
         ended = []
         committed = 0
-        for a, o, res in zip(order, opened, results, strict=True):
-            assert o.plan is not None
-            v = a.world.commit(o.plan, res)
+        for a, o, v in zip(order, opened, verified, strict=True):
             committed += len(v.new)
             emitted = close_round(a.world, a.session, o, v, a.max_tokens, a.since)
             a.since = time.perf_counter()
@@ -322,23 +348,41 @@ class Batch:
             s = a.session
             if s.stop in ("eog", "context") or len(s.tokens) >= a.max_tokens:
                 ended.append(a)
-        rows = [t.n_rows for t in trees]
+        rows = [o.plan.tree.n_rows for o in opened if o.plan is not None]
         contexts = [o.anchor_pos + 1 for o in opened]
-        verify_s = results[0].verify_s
         predicted = None
         if self.divider is not None:
             predicted = self.divider.predict(rows, contexts)
-            self.divider.observe(rows, contexts, verify_s, committed)
+            self.divider.observe(rows, contexts, times.verify_s, committed)
         self.steps.append(StepRecord(
-            slots=[a.slot.index for a in order], rows=rows, verify_s=verify_s,
-            decode_s=results[0].decode_s, step_s=time.perf_counter() - t0,
-            draft_s=sum(o.block.draft_s for o in opened if o.block is not None),
-            readout_s=sum(r.readout_s for r in results), contexts=contexts,
+            slots=[a.slot.index for a in order], rows=rows, verify_s=times.verify_s,
+            decode_s=times.decode_s,
+            step_s=time.perf_counter() - t0 if times.step_s is None else times.step_s,
+            draft_s=draft_s, readout_s=times.readout_s, contexts=contexts,
             shares=None if shares is None or len(shares) != len(rows) else list(shares),
             predicted_s=predicted))
         for a in ended:
             self.finish(a)
         return self.failed_now() + ended
+
+    def _verify(self, order: list[Active], opened: list, draft_s: float
+                ) -> tuple[list[Verified], StepTimes]:
+        """Every planned tree in one ``llama_decode`` and each request's commit; the step's
+        times (its own clock: ``step_s`` None)."""
+        results = self.target.step([(a.slot, o.plan.tree) for a, o in zip(order, opened,
+                                                                          strict=True)],
+                                   want_gaps=self.want_gaps)
+        verified = [a.world.commit(o.plan, r) for a, o, r in zip(order, opened, results,
+                                                                 strict=True)]
+        return verified, StepTimes(results[0].verify_s, results[0].decode_s,
+                                   sum(r.readout_s for r in results))
+
+    def _blocks(self, asks: list[tuple[Active, int]]) -> list[Block]:
+        """The blocks of the requests that draft this step (``(request, positions)``), drafted
+        together (:meth:`~adaspark.decoding.drafter.base.Drafter.draft_together`)."""
+        drafters = [a.world.drafter for a, _ in asks]
+        return type(drafters[0]).draft_together(
+            [(d, a.world.committed, n) for d, (a, n) in zip(drafters, asks, strict=True)])
 
     def failed_now(self) -> list[Active]:
         """The requests whose own rule or drafter failed in this step (ended, ``error`` set)."""
@@ -351,15 +395,40 @@ class Batch:
         self.finish(a, e)
         self._failed.append(a)
 
-    def _draft(self, order: list[Active]) -> tuple[list[Active], list]:
-        kept, opened = [], []
+    def _draft(self, order: list[Active]) -> tuple[list[Active], list, float]:
+        """Open every request's round and draft the blocks they ask for together
+        (:meth:`~adaspark.decoding.drafter.base.Drafter.draft_together`: a draft model's
+        sequences in one batched forward per position), and the drafting's seconds. A request
+        whose rule raises is ended alone; a failed drafting ends the requests that asked for a
+        block."""
+        kept, opened, asks = [], [], []
         for a in order:
             try:
-                opened.append(draft_round(a.world, a.session, self.block_positions))
-                kept.append(a)
+                o, positions = open_block(a.world, a.session, self.block_positions)
             except Exception as e:
                 self._fail(a, e)
-        return kept, opened
+                continue
+            if positions and self.divider is not None and not self.divider.drafts(a.slot.index):
+                positions = 0  # its rows would not pay: its anchor alone (the divider's call)
+            kept.append(a)
+            opened.append(o)
+            if positions:
+                asks.append((len(opened) - 1, positions))
+        if not asks:
+            return kept, opened, 0.0
+        t0 = time.perf_counter()
+        try:
+            blocks = self._blocks([(kept[i], n) for i, n in asks])
+        except Exception as e:
+            failed = {i for i, _ in asks}
+            for i in sorted(failed):
+                self._fail(kept[i], e)
+            return ([a for i, a in enumerate(kept) if i not in failed],
+                    [o for i, o in enumerate(opened) if i not in failed],
+                    time.perf_counter() - t0)
+        for (i, _), b in zip(asks, blocks, strict=True):
+            opened[i].block = b
+        return kept, opened, time.perf_counter() - t0
 
     def _plan(self, order: list[Active], opened: list, shares: Sequence[int] | None
               ) -> tuple[list[Active], list]:
@@ -384,5 +453,6 @@ class Batch:
             return None
         return self.divider.divide([list(g) for g in offers if g is not None],
                                    [a.slot.max_rows for a in order],
-                                   [o.anchor_pos + 1 for o in opened])
+                                   [o.anchor_pos + 1 for o in opened],
+                                   [a.slot.index for a in order])
 

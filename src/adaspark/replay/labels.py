@@ -79,6 +79,12 @@ class LabelsTooShort(LabelsError):
         self.key, self.position = key, position
 
 
+def label_depth(scheduler: dict[str, Any] | None) -> int:
+    """Positions labelled past a reply's block, so that no tree of any rule walks past them: the
+    n-gram chains' depth limit (``scheduler.ngram_fill.chain_depth_limit``), plus two."""
+    return int(((scheduler or {}).get("ngram_fill") or {}).get("chain_depth_limit", 32)) + 2
+
+
 def prompt_key(prompt: list[int]) -> str:
     """The file name of a prompt's labels: its tokens' sha256 (16 hex digits)."""
     return hashlib.sha256(np.asarray(prompt, dtype=np.int64).tobytes()).hexdigest()[:16]

@@ -71,15 +71,20 @@ class LabelWorld:
     def draft(self, positions: int) -> Block:
         return self.labels.block(len(self.committed) - 1, positions)
 
+    def walk(self, tree: Tree) -> tuple[list[int], list[int]]:
+        """The accepted path of ``tree`` at the anchor (:func:`accepted_rows`) and the tokens it
+        commits (the accepted drafts and the label after them), committed here."""
+        path, after = _walk(tree, self.labels, len(self.committed) - 1)
+        new = [int(tree.tokens[r]) for r in path[1:]] + [after]
+        self.committed.extend(new)
+        return path, new
+
     def verify(self, plan: RoundPlan, block: Block | None, round_index: int) -> Verified:
-        anchor_pos = len(self.committed) - 1
         times = self.pricer.price(round_index, plan.tree.n_rows, len(self.committed),
                                   0 if block is None else int(block.tokens.shape[0]))
         if block is not None:
             block.draft_s = times.draft_s
-        path, after = _walk(plan.tree, self.labels, anchor_pos)
-        new = [int(plan.tree.tokens[r]) for r in path[1:]] + [after]
-        self.committed.extend(new)
+        path, new = self.walk(plan.tree)
         return Verified(path, new, times.verify_s, fixed_s=times.fixed_s, draft_s=times.draft_s,
                         commit_s=times.commit_s, round_s=times.round_s)
 

@@ -40,6 +40,12 @@ class ReplaySettings:
     #: whose prefill is slow here (about 20 tokens/s at 8k tokens): the default preset labels the
     #: two shorter contexts and the report says which were left out.
     fig5_contexts: list[int] = field(default_factory=list)
+    #: The closed-loop batch replay (issue 37; :mod:`adaspark.replay.batch`, a synthetic batch
+    #: law): these arms at these numbers of clients under every device model, over the first
+    #: ``batch_replies`` replies (0: all). Empty clients: none (the load preset sets them).
+    batch_clients: list[int] = field(default_factory=list)
+    batch_arms: list[str] = field(default_factory=list)
+    batch_replies: int = spec(min=0, default=0)
 
 
 def read_replay_params(path: str) -> tuple[Any, dict[str, Any], ReplaySettings]:
@@ -71,8 +77,11 @@ def replay_settings(params: dict[str, Any]) -> ReplaySettings:
         raise ConfigError(f"replay.fig5_contexts has {stray}, which are not fig5.contexts "
                           f"{known}: name some of Figure 5's contexts, or leave it empty for all")
     arms = params.get("arms") or {}
-    missing = [a for a in [*s.labelled_arms, *s.arms] if a not in arms]
+    missing = [a for a in [*s.labelled_arms, *s.arms, *s.batch_arms] if a not in arms]
     if missing:
         raise ConfigError(f"replay names arms {missing} that are not under `arms:` (it has "
                           f"{sorted(arms)})")
+    if any(n < 1 for n in s.batch_clients):
+        raise ConfigError(f"replay.batch_clients {s.batch_clients}: each is a number of "
+                          "clients, at least 1")
     return s

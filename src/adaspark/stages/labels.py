@@ -54,9 +54,10 @@ def drafter_arms(cfg: Any, arms: list[str]) -> tuple[dict[str, str], dict[str, s
 
 
 def label_depth(params: dict[str, Any]) -> int:
-    """Positions labelled past a reply's block: the n-gram chains' depth limit, plus two."""
-    sched = params.get("scheduler") or {}
-    return int((sched.get("ngram_fill") or {}).get("chain_depth_limit", 32)) + 2
+    """Positions labelled past a reply's block (:func:`adaspark.replay.labels.label_depth`)."""
+    from adaspark.replay.labels import label_depth as depth_of
+
+    return depth_of(params.get("scheduler"))
 
 
 def fig5_label_contexts(contexts: list[int], chosen: list[int] | None) -> tuple[list[int],

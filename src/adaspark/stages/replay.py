@@ -25,6 +25,11 @@ replayed over the labelled replies under every configured device model.
    (``OUT/cpu-measured/at-run-cap/<arm>``; ``summary.json``'s ``reality``), so that the claims
    stage sets it beside the arm's real run.
 
+5. Several requests at once: ``replay.batch_arms`` in a closed loop of each of
+   ``replay.batch_clients`` clients under every device model, with the synthetic batch law of
+   :mod:`adaspark.replay.batch` (``OUT/batch/points.csv``; none unless the preset sets
+   clients: the load preset does).
+
 The labels come from the labels stage only (the engine is never loaded to label here).
 ``OUT/summary.json`` indexes it all; the report's replay section reads it
 (:mod:`adaspark.analysis.replay`).
@@ -50,6 +55,9 @@ FIG5_WIDTHS = (8, 16)
 DEVICES_DIR = "devices"
 #: Replays at the run stage's cap under cpu-measured (``OUT/cpu-measured/at-run-cap/<arm>``).
 REALITY_DIR = "at-run-cap"
+#: The closed-loop batch replay's points (``OUT/batch/points.csv``; issue 37).
+BATCH_DIR = "batch"
+BATCH_POINTS = "points.csv"
 
 
 def timing_traces(timing: Path, labelled: Path, arm: str) -> Path:
@@ -180,6 +188,32 @@ def fig5_prompts(cfg: Any, params: dict[str, Any], labels: Path, device: str, ou
 
 
 @stage_main("replay")
+def batch_points(cfg: Any, s: Any, runs: Path, labels: Path, files: dict[str, str],
+                 skipped: dict[str, str], say: Any) -> list[dict[str, Any]]:
+    """``replay.batch_arms`` at each of ``replay.batch_clients`` under every device model
+    (:func:`adaspark.replay.batch.replay_arm_load`); an arm without a drafter file is left
+    out, as in step 3. One row per arm, device and number of clients."""
+    from adaspark.replay.batch import replay_arm_load
+    from adaspark.runs.settings import ArmEntry, arm_config
+
+    if not s.batch_clients:
+        return []
+    labels_arm = arm_config(cfg, ArmEntry.parse(s.replies_of))
+    out: list[dict[str, Any]] = []
+    for dev, path in files.items():
+        for name in [n for n in s.batch_arms if n not in skipped]:
+            t = time.perf_counter()
+            rows = replay_arm_load(cfg, arm_config(cfg, ArmEntry.parse(name)), runs,
+                                   device=path, clients=s.batch_clients,
+                                   replies_of=s.replies_of, labels=labels,
+                                   replies=s.batch_replies, labels_arm=labels_arm)
+            out += rows
+            say(f"batch replay: {name} under {dev}: " + ", ".join(
+                f"N={r['clients']} {r['aggregate_tps']:.0f} tok/s" for r in rows)
+                + f" ({time.perf_counter() - t:.0f} s)")
+    return out
+
+
 def run_turns(params: dict[str, Any]) -> set[tuple[str, str, int]]:
     """The ``(set, conversation, turn)`` the run stage's subset covers (``run.subset``): the
     replies a replay is set beside the real runs on."""
@@ -299,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
                                        ) | {"cap": run_cap}
             say(f"replay at the run's cap {run_cap}: {name} under {CPU_MEASURED}: "
                 f"{reality[name]['tokens_per_s']:.1f} tok/s")
+    # 5. several requests at once: the closed-loop batch replay (a synthetic batch law)
+    batch = batch_points(cfg, s, a.runs, a.labels, files, skipped, say)
+    (a.out / BATCH_DIR / BATCH_POINTS).unlink(missing_ok=True)  # never an earlier run's
+    if batch:
+        io.write_text(a.out / BATCH_DIR / BATCH_POINTS, io.csv_text(batch))
     from adaspark.analysis.replay import write_figures
 
     for dev in s.devices:  # Figures 5 and 8 in replay form, one pair per device model
@@ -306,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"replies_of": s.replies_of, "subset": s.subset, "cap": s.cap,
                "runs": str(a.runs), "labels": str(a.labels), "devices": devices,
                "check": check, "replays": replays, "reality": reality,
-               "skipped_arms": skipped,
+               "skipped_arms": skipped, "batch_points": len(batch),
                "stage_s": round(time.perf_counter() - t0, 2)}
     io.write_json(a.out / "summary.json", summary)
     print(screen_summary(summary))

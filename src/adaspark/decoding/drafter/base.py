@@ -8,7 +8,7 @@ the counters every drafter gets for free.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,18 @@ class Drafter(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         pass
+
+    def sequences(self) -> list[Drafter]:
+        """A drafter per request when the kind was built for several (``n_seqs``, a draft
+        model's sequences sharing its context); itself alone otherwise."""
+        return [self]
+
+    @classmethod
+    def draft_together(cls, asks: Sequence[tuple[Drafter, list[int], int]]) -> list[Block]:
+        """The blocks of several requests, each ``(drafter, committed, n_positions)``, for a
+        shared step (:mod:`adaspark.decoding.slots`): one request at a time, unless the kind
+        batches them (a draft model's sequences in one context)."""
+        return [d.draft(c, n) for d, c, n in asks]
 
 
 @dataclass

@@ -12,13 +12,16 @@ prompt in whole chunks, as the target does, so that its drafts do not depend on 
 
 from __future__ import annotations
 
+import copy
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from adaspark.decoding.drafter.base import Block, Drafter
-from adaspark.decoding.engine import PREFILL_CHUNK_FAST, EngineError, Model
+from adaspark.decoding.engine import PREFILL_CHUNK_FAST, EngineError, Model, common_prefix
+from adaspark.decoding.native import _llama
 from adaspark.decoding.tree import MAX_ROWS_EXACT
 
 
@@ -35,12 +38,20 @@ def top_k_softmax(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 class DraftModelDrafter(Drafter):
     """B greedy steps of a small GGUF with the target's vocabulary (checked against
-    ``target_vocab``, or the loaded ``target``'s token list, when either is given)."""
+    ``target_vocab``, or the loaded ``target``'s token list, when either is given), in sequence
+    ``seq`` of its context.
+
+    Several requests (issue 37). A context built with ``n_seqs`` sequences serves as many
+    requests: :meth:`sequences` gives a drafter per sequence, sharing the context, and
+    :meth:`draft_together` drafts their blocks in one batched forward per position (each
+    request's catch-up rows in one decode, then at each position one row per request), so a
+    step's drafting costs B decodes, not B per request. In exact mode a decode holds one row
+    (:func:`_draft_group`), so the requests' rows are decoded one at a time, as alone."""
 
     def __init__(self, path: str | Path, n_ctx: int, *, exact: bool, top_k: int = 8,
                  threads: int | None = None, target_vocab: list[bytes] | None = None,
-                 target: Model | None = None, n_gpu_layers: int = 0) -> None:
-        self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=1,
+                 target: Model | None = None, n_gpu_layers: int = 0, n_seqs: int = 1) -> None:
+        self.model = Model(path, n_ctx, exact=exact, threads=threads, n_seq_max=n_seqs,
                            n_gpu_layers=n_gpu_layers)
         self.top_k = top_k
         self.exact = exact
@@ -48,12 +59,29 @@ class DraftModelDrafter(Drafter):
             target_vocab = target.token_texts()
         if target_vocab is not None:
             check_same_vocab(target_vocab, self.model.token_texts(), str(path))
-        self.cached: list[int] = []  # tokens whose KV is in the drafter's sequence 0
+        self.seq = 0
+        self.n_seqs = n_seqs
+        self._users = [1]  # drafters open on this context (shared by :meth:`sequences`)
+        self.cached: list[int] = []  # tokens whose KV is in this drafter's sequence
         self.chunk = MAX_ROWS_EXACT if exact else PREFILL_CHUNK_FAST
         self.n_canonical = 0  # leading cells written by whole prefill chunks
 
+    def sequences(self) -> list[Drafter]:
+        """A drafter per sequence of this context: this one (sequence 0), then one for each
+        other, each with its own cached tokens. The context is freed when all are closed."""
+        out: list[Drafter] = [self]
+        for k in range(1, self.n_seqs):
+            d = copy.copy(self)
+            d.seq, d.cached, d.n_canonical = k, [], 0
+            self._users[0] += 1
+            out.append(d)
+        return out
+
     def close(self) -> None:
-        self.model.close()
+        if self._users[0] > 0:
+            self._users[0] -= 1
+            if self._users[0] == 0:
+                self.model.close()
 
     def begin(self, prompt: list[int]) -> None:
         """Prefill the prompt (all but its last token) as the target does: in whole chunks at
@@ -62,43 +90,38 @@ class DraftModelDrafter(Drafter):
         (:class:`adaspark.decoding.engine.Target`, "Prefill and history"). Within a request, drafts
         reuse whatever still matches."""
         end = len(prompt) - 1
-        self.model.prefill_in_chunks(prompt[:end], self.cached, self.n_canonical, self.chunk)
+        self.model.prefill_in_chunks(prompt[:end], self.cached, self.n_canonical, self.chunk,
+                                     seq=self.seq)
         self.cached = list(prompt[:end])
         self.n_canonical = end // self.chunk * self.chunk
 
-    def _sync(self, committed: list[int]) -> np.ndarray:
-        """Bring the KV to ``committed`` and return the logits after its last token."""
-        # exact mode: one token per decode, as the draft steps decode theirs, so a cell's values
-        # do not depend on how the rounds before committed it (a batch of k tokens and k
-        # one-token decodes differ on the CPU kernels, by up to 0.72 of a logit on the tiny pair:
-        # measured for issue 14) and a block depends only on the committed text
-        kept = self.model.catch_up(self.cached, committed,
-                                   step=1 if self.exact else None).reused
-        self.n_canonical = min(self.n_canonical, kept)
-        self.cached = list(committed)
-        return self.model.logits(1)[0]
-
     def _step(self, token: int) -> np.ndarray:
         m = self.model
-        m._fill([token], [len(self.cached)], [[0]], [True])
+        m._fill([token], [len(self.cached)], [[self.seq]], [True])
         m._decode()
         self.cached.append(token)
         return m.logits(1)[0]
 
     def draft(self, committed: list[int], n_positions: int) -> Block:
-        if len(committed) + n_positions >= self.model.n_ctx:
-            raise EngineError(f"drafter context of {self.model.n_ctx} tokens is full")
-        t0 = time.perf_counter()
-        K = self.top_k
-        toks = np.zeros((n_positions, K), dtype=np.int64)
-        probs = np.zeros((n_positions, K))
-        logits = self._sync(committed)
-        for i in range(n_positions):
-            toks[i], probs[i] = top_k_softmax(logits, K)
-            if i + 1 < n_positions:
-                logits = self._step(int(toks[i, 0]))
-        return Block(toks, probs, probs[:, 0].copy(), draft_s=time.perf_counter() - t0)
+        return self.draft_together([(self, committed, n_positions)])[0]
 
+    @classmethod
+    def draft_together(cls, asks: Sequence[tuple[Drafter, list[int], int]]) -> list[Block]:
+        """The blocks of several requests, each ``(drafter, committed, n_positions)``: the
+        drafters that share a context draft in one batched forward per position (the class
+        docstring); each block's ``draft_s`` is the time of its group's drafting (what each of
+        its requests waited)."""
+        groups: dict[int, list[int]] = {}
+        for i, (d, _c, _n) in enumerate(asks):
+            if not isinstance(d, DraftModelDrafter):
+                raise TypeError(f"draft_together takes draft-model drafters, not {type(d)}")
+            groups.setdefault(id(d.model), []).append(i)
+        out: list[Block | None] = [None] * len(asks)
+        for members in groups.values():
+            sub = [asks[i] for i in members]
+            for i, b in zip(members, _draft_group(sub), strict=True):  # type: ignore[arg-type]
+                out[i] = b
+        return out  # type: ignore[return-value]
 
     def draft_next(self, committed: list[int], n_positions: int, previous: Block) -> Block:
         """The block at ``committed`` when ``previous`` was this drafter's last block, drafted
@@ -121,6 +144,60 @@ class DraftModelDrafter(Drafter):
         toks[:-1], probs[:-1] = previous.tokens[1:], previous.probs[1:]
         toks[-1], probs[-1] = top_k_softmax(self._step(picks[-1]), self.top_k)
         return Block(toks, probs, probs[:, 0].copy(), draft_s=time.perf_counter() - t0)
+
+
+def _draft_group(asks: Sequence[tuple[DraftModelDrafter, list[int], int]]) -> list[Block]:
+    """:meth:`DraftModelDrafter.draft_together` for drafters on one context: bring each
+    sequence to its committed tokens (the cells past the common prefix dropped, the rest decoded,
+    every request's rows in one batch) with the logits after each last token, then at each
+    position one row per request that drafts that deep. In exact mode every decode holds one row
+    and a request's catch-up one token (a batch of k tokens and k one-token decodes differ on the
+    CPU kernels, by up to 0.72 of a logit on the tiny pair: measured for issue 14), so a block
+    depends only on its committed text."""
+    t0 = time.perf_counter()
+    m = asks[0][0].model
+    exact = asks[0][0].exact
+    K = asks[0][0].top_k
+    ll_rm = _llama().llama_memory_seq_rm
+    toks = [np.zeros((n, K), dtype=np.int64) for _d, _c, n in asks]
+    probs = [np.zeros((n, K)) for _d, _c, n in asks]
+    # (token, position, seq, the ask whose last catch-up row it is, else -1)
+    rows: list[tuple[int, int, int, int]] = []
+    for i, (d, committed, n) in enumerate(asks):
+        if not committed:
+            raise EngineError("cannot draft after an empty sequence")
+        if len(committed) + n >= m.n_ctx:
+            raise EngineError(f"drafter context of {m.n_ctx} tokens is full")
+        keep = common_prefix(d.cached, committed[:-1])
+        ll_rm(m.mem, d.seq, keep, -1)
+        d.n_canonical = min(d.n_canonical, keep)
+        todo = committed[keep:]
+        rows += [(t, keep + j, d.seq, i if j == len(todo) - 1 else -1)
+                 for j, t in enumerate(todo)]
+        d.cached = list(committed)
+    step = 1 if exact else m.n_batch
+    for start in range(0, len(rows), step):
+        part = rows[start:start + step]
+        m._fill([r[0] for r in part], [r[1] for r in part], [[r[2]] for r in part],
+                [r[3] >= 0 for r in part])
+        m._decode()
+        owners = [r[3] for r in part if r[3] >= 0]
+        logits = m.logits(len(owners))
+        for k, i in enumerate(owners):
+            toks[i][0], probs[i][0] = top_k_softmax(logits[k], K)
+    for pos in range(1, max(n for _d, _c, n in asks)):
+        live = [i for i, (_d, _c, n) in enumerate(asks) if n > pos]
+        for part in ([[i] for i in live] if exact else [live]):
+            ds = [asks[i][0] for i in part]
+            picks = [int(toks[i][pos - 1, 0]) for i in part]
+            m._fill(picks, [len(d.cached) for d in ds], [[d.seq] for d in ds], [True] * len(ds))
+            m._decode()
+            logits = m.logits(len(part))
+            for k, (i, d, t) in enumerate(zip(part, ds, picks, strict=True)):
+                d.cached.append(t)
+                toks[i][pos], probs[i][pos] = top_k_softmax(logits[k], K)
+    spent = time.perf_counter() - t0
+    return [Block(t, p, p[:, 0].copy(), draft_s=spent) for t, p in zip(toks, probs, strict=True)]
 
 
 def check_same_vocab(target: list[bytes], drafter: list[bytes], drafter_name: str) -> None:

@@ -32,8 +32,20 @@ every step's rows per request, contexts, verify time and committed tokens are re
 refitted every ``refit_every`` steps over the last ``window`` steps, once ``min_steps`` are
 recorded with at least two different row totals; the long-run rate is the committed tokens over
 the verify seconds of the recent steps, exponentially weighted (half-life ``half_life_steps``
-steps). Until the first fit it divides nothing (each request's own rule chooses its width under
-its slot's cap); from then on each step is divided at the long-run rate. The objective is the
+steps). From then on each step is divided at the long-run rate.
+
+**Probes.** Steps whose totals all sit past the knee cannot tell where the knee is (every step
+then costs about the same, and the fit is flat), so the chooser measures the steps it needs, as
+the width table's cold start measures widths (§3.2): until the first fit every step is a probe,
+and after it one step in ``probe_every``, the gap doubling while the probes find the law's
+times (up to ``probe_every_max``). A probe gives every request its best ``probe_rows[k]``
+rows (the rungs in turn; 0: each request's own rule chooses under its cap), so the fitted steps
+span anchors alone to the rules' own trees.
+
+**Drafting.** A request the last division gave its anchor alone (its block's rows did not pay
+for their share of the step) does not draft for the next step, since the drafter's time would
+buy nothing: it verifies its anchor. At a probe every request drafts again, and the step after
+it divides every request's rows again. The objective is the
 server's throughput (committed tokens per second of verify); no per-request latency bound is
 offered yet.
 """
@@ -183,6 +195,16 @@ class BatchChoiceOptions:
     refit_every: int = 16
     window: int = 512
     half_life_steps: float = 64.0
+    #: rows per request a probe step gives each request (its best rows; 0: each rule's own
+    #: choice under its cap): the totals the law is fitted over (module docstring, "Probes")
+    probe_rows: tuple[int, ...] = (1, 2, 4, 8, 0)
+    #: steps between probes once the law is fitted (before, every step probes, in turn); the
+    #: gap doubles, up to ``probe_every_max``, while each probe's time is within
+    #: ``probe_tolerance`` (relative) of the law's prediction, and is back to ``probe_every``
+    #: after one that is not
+    probe_every: int = 32
+    probe_every_max: int = 512
+    probe_tolerance: float = 0.15
 
 
 class BatchChooser:
@@ -198,18 +220,53 @@ class BatchChooser:
         self.n_steps = 0
         self._tokens = 0.0  # exponentially weighted committed tokens and verify seconds
         self._secs = 0.0
+        self._asked = 0  # divisions asked for, and probe steps given
+        self._probes = 0
+        self._anchor_only: set[int] = set()  # requests whose last division was their anchor
+        self._probe_gap = self.options.probe_every
+        self._next_probe = 0
+        self._probing = False  # the last division was a probe
 
     @property
     def rate(self) -> float | None:
         """The long-run rate: committed tokens per second of verify (weighted)."""
         return self._tokens / self._secs if self._secs > 0 else None
 
+    def _probes_at(self, asked: int) -> bool:
+        """Whether division number ``asked`` is a probe (module docstring, "Probes")."""
+        return bool(self.options.probe_rows) and (self.law is None or self.rate is None
+                                                  or asked >= self._next_probe)
+
+    def drafts(self, key: int) -> bool:
+        """Whether request ``key`` drafts its block for the next step: not when the last
+        division gave it its anchor alone with a block to offer from, unless the next step is a
+        probe (module docstring, "Drafting")."""
+        return key not in self._anchor_only or self._probes_at(self._asked + 1)
+
     def divide(self, gains: Sequence[Sequence[float]], caps: Sequence[int],
-               contexts: Sequence[int]) -> tuple[int, ...] | None:
+               contexts: Sequence[int], keys: Sequence[int] | None = None
+               ) -> tuple[int, ...] | None:
+        """Rows per request (anchor included), or None to let each rule choose alone;
+        ``keys`` names the requests (their slots) for :meth:`drafts`."""
+        self._asked += 1
+        o = self.options
         rho = self.rate
+        self._probing = self._probes_at(self._asked)
+        if self._probing:
+            self._next_probe = self._asked + self._probe_gap
+            self._anchor_only.clear()  # every request drafts again, and is divided again
+            rung = o.probe_rows[self._probes % len(o.probe_rows)]
+            self._probes += 1
+            return None if rung == 0 else tuple(min(c, rung) for c in caps)
         if self.law is None or rho is None:
             return None
-        return divide_rows(gains, caps, contexts, self.law, rho=rho).rows
+        rows = divide_rows(gains, caps, contexts, self.law, rho=rho).rows
+        for key, g, r in zip(keys or (), gains, rows, strict=False):
+            if g and r == 1:
+                self._anchor_only.add(key)
+            elif g:
+                self._anchor_only.discard(key)
+        return rows
 
     def predict(self, rows: Sequence[int], contexts: Sequence[int]) -> float | None:
         return None if self.law is None else self.law.time(rows, contexts)
@@ -217,6 +274,12 @@ class BatchChooser:
     def observe(self, rows: Sequence[int], contexts: Sequence[int], seconds: float,
                 tokens: int) -> None:
         o = self.options
+        if self._probing and self.law is not None and seconds > 0:
+            miss = abs(self.law.time(rows, contexts) - seconds) / seconds
+            self._probe_gap = (min(2 * self._probe_gap, o.probe_every_max)
+                               if miss <= o.probe_tolerance else o.probe_every)
+            self._next_probe = self._asked + self._probe_gap
+        self._probing = False
         decay = 0.5 ** (1.0 / o.half_life_steps)
         self._tokens = self._tokens * decay + tokens
         self._secs = self._secs * decay + seconds
