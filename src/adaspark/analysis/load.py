@@ -30,12 +30,19 @@ COLUMNS = {"arm": "arm", "clients": "N", "rate": "rate (req/s)", "answered": "an
            "host_us_per_request_step": "host µs per request-step"}
 
 
+def _read_points(directory: Path) -> pd.DataFrame | None:
+    """``directory``'s points file, or None when there is none or it is empty."""
+    path = directory / POINTS
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    return pd.read_csv(path)
+
+
 def load_points(load_dir: Path) -> pd.DataFrame:
     """The points, one row per arm and point (empty when the stage ran none)."""
-    path = load_dir / POINTS
-    if not path.is_file() or path.stat().st_size == 0:
+    frame = _read_points(load_dir)
+    if frame is None:
         return pd.DataFrame(columns=list(COLUMNS))
-    frame = pd.read_csv(path)
     for c in COLUMNS:
         if c not in frame:
             frame[c] = None
@@ -86,10 +93,9 @@ BATCH_COLUMNS = {"device": "device model", "arm": "arm", "clients": "N",
 def batch_replay_table(batch_dir: Path) -> pd.DataFrame | None:
     """The batch replay's points (None without them), each device model's arms by N, with
     each arm's aggregate tok/s over the same device's best other arm at that N."""
-    path = batch_dir / POINTS
-    if not path.is_file() or path.stat().st_size == 0:
+    frame = _read_points(batch_dir)
+    if frame is None:
         return None
-    frame = pd.read_csv(path)
     best_other = [frame[(frame["device"] == r.device) & (frame["clients"] == r.clients)
                         & (frame["arm"] != r.arm)]["aggregate_tps"].max()
                   for r in frame.itertuples()]

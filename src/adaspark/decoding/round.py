@@ -272,3 +272,10 @@ class WidthRule(ABC):
         """The rule built from its checked :attr:`Options` (``extra``: fields the caller sets,
         such as a store path or the composed scheduler constants)."""
         return cls(options, **extra)  # type: ignore[call-arg]
+
+
+def offers_rows(rule: WidthRule) -> bool:
+    """Whether ``rule`` offers its rows' expected tokens to a shared step
+    (:meth:`WidthRule.offer`, AdaSpark's learned widths), so that a batch rule divides the
+    step's rows; a pinned, chain or plain rule keeps its own width."""
+    return type(rule).offer is not WidthRule.offer

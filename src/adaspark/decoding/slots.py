@@ -212,12 +212,14 @@ class Active:
 @dataclass
 class StepTimes:
     """A step's verify (``verify_s``), the target's ``llama_decode`` in it, the read-out of
-    its logits, and the whole step where the world prices it (None: the step's own clock)."""
+    its logits, and where the world prices them (a replay), the whole step and its drafting
+    (None: the step's own clock)."""
 
     verify_s: float
     decode_s: float = 0.0
     readout_s: float = 0.0
     step_s: float | None = None
+    draft_s: float | None = None
 
 
 @dataclass
@@ -336,7 +338,7 @@ class Batch:
         order, opened = self._plan(order, opened, shares)
         if not order:
             return self.failed_now()
-        verified, times = self._verify(order, opened, draft_s)
+        verified, times = self._verify(order, opened)
         ended = []
         committed = 0
         for a, o, v in zip(order, opened, verified, strict=True):
@@ -358,15 +360,15 @@ class Batch:
             slots=[a.slot.index for a in order], rows=rows, verify_s=times.verify_s,
             decode_s=times.decode_s,
             step_s=time.perf_counter() - t0 if times.step_s is None else times.step_s,
-            draft_s=draft_s, readout_s=times.readout_s, contexts=contexts,
+            draft_s=draft_s if times.draft_s is None else times.draft_s,
+            readout_s=times.readout_s, contexts=contexts,
             shares=None if shares is None or len(shares) != len(rows) else list(shares),
             predicted_s=predicted))
         for a in ended:
             self.finish(a)
         return self.failed_now() + ended
 
-    def _verify(self, order: list[Active], opened: list, draft_s: float
-                ) -> tuple[list[Verified], StepTimes]:
+    def _verify(self, order: list[Active], opened: list) -> tuple[list[Verified], StepTimes]:
         """Every planned tree in one ``llama_decode`` and each request's commit; the step's
         times (its own clock: ``step_s`` None)."""
         results = self.target.step([(a.slot, o.plan.tree) for a, o in zip(order, opened,

@@ -40,7 +40,7 @@ from typing import Any, cast
 
 from adaspark.decoding.drafter.base import Block
 from adaspark.decoding.loop import RequestSession, Verified
-from adaspark.decoding.round import WidthRule
+from adaspark.decoding.round import WidthRule, offers_rows
 from adaspark.decoding.slots import (
     Active,
     Batch,
@@ -150,8 +150,7 @@ class LabelBatch(Batch):
     def _blocks(self, asks: list[tuple[Active, int]]) -> list[Block]:
         return [a.world.draft(n) for a, n in asks]
 
-    def _verify(self, order: list[Active], opened: list, draft_s: float
-                ) -> tuple[list[Verified], StepTimes]:
+    def _verify(self, order: list[Active], opened: list) -> tuple[list[Verified], StepTimes]:
         rows = [o.plan.tree.n_rows for o in opened]
         contexts = [o.anchor_pos + 1 for o in opened]
         positions = [o.block.B for o in opened if o.block is not None]
@@ -166,7 +165,7 @@ class LabelBatch(Batch):
                 o.block.draft_s = draft
             out.append(Verified(path, new, verify, fixed_s=draft + host, draft_s=draft,
                                 round_s=step))
-        return out, StepTimes(verify, step_s=step)
+        return out, StepTimes(verify, step_s=step, draft_s=draft)
 
 
 @dataclass
@@ -260,11 +259,10 @@ def replay_arm_load(cfg: Any, arm: Any, run_dir: Path, *, device: str, clients: 
         traces = traces[:replies]
     sampling, seeds = traces_sampling(traces)
     model = load_device(device)
-    labeller = Labeller(cfg, arm, labels, engine=engine, sampling=sampling)
-    if not labeller.drafted and labels_arm is not None:
-        labeller.close()
-        labeller = Labeller(cfg, labels_arm, labels, engine=engine, sampling=sampling)
-    scheduler = scheduler_mapping(labeller.view)
+    scheduler = scheduler_mapping(cfg)  # an arm's view changes its drafter only
+    rule = make_arm_rule(arm, scheduler)
+    labelled = arm if rule.uses_drafter or labels_arm is None else labels_arm
+    labeller = Labeller(cfg, labelled, labels, engine=engine, sampling=sampling)
     depth = label_depth(scheduler)
     try:
         got = labeller.labels([(t.prompt, labeller.positions(t, depth)) for t in traces],
@@ -272,8 +270,6 @@ def replay_arm_load(cfg: Any, arm: Any, run_dir: Path, *, device: str, clients: 
         kind = labeller.identity.get("drafter_kind") if labeller.drafted else None
     finally:
         labeller.close()
-    rule = make_arm_rule(arm, scheduler)
-    offers = type(rule).offer is not WidthRule.offer
     meta0 = traces[0].meta
     max_rows = min(model.max_rows, int(meta0["max_rows"]))
     out = []
@@ -284,7 +280,7 @@ def replay_arm_load(cfg: Any, arm: Any, run_dir: Path, *, device: str, clients: 
                         max_tokens=[int(t.max_tokens) for t in traces], law=law,
                         max_rows=min(max_rows, slot_rows(n, exact=False)),
                         block_positions=int(meta0["block_positions"]),
-                        divider=BatchChooser() if offers else None)
+                        divider=BatchChooser() if offers_rows(rule) else None)
         out.append({"arm": str(arm.name), "device": model.name, "device_label": model.label,
                     "device_sha256": model.sha256, **r.summary()})
     return out

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adaspark.decoding.engine import NEAR_TIE_GAP
-from adaspark.decoding.round import WidthRule
+from adaspark.decoding.round import offers_rows
 from adaspark.decoding.slots import Active, Batch
 from adaspark.rules.adaspark.batch import BatchChooser
 from adaspark.serving.requests import RequestError
@@ -76,9 +76,8 @@ def start_runner(service: ArmService, *, max_queue: int, queue_wait_s: float) ->
     p = service.parts
     # a rule that offers its rows' expected tokens (AdaSpark's learned widths) has its steps
     # divided by the batch rule; pinned, chain and plain rules batch with their own widths
-    offers = type(p.rule).offer is not WidthRule.offer
     batch = Batch(p.target, p.drafters, p.block_positions, want_gaps=service.exact,
-                  divider=BatchChooser() if offers else None)
+                  divider=BatchChooser() if offers_rows(p.rule) else None)
     service.runner = BatchRunner(service, batch, max_queue=max_queue, queue_wait_s=queue_wait_s)
     return service.runner
 

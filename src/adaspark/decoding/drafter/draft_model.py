@@ -96,11 +96,7 @@ class DraftModelDrafter(Drafter):
         self.n_canonical = end // self.chunk * self.chunk
 
     def _step(self, token: int) -> np.ndarray:
-        m = self.model
-        m._fill([token], [len(self.cached)], [[self.seq]], [True])
-        m._decode()
-        self.cached.append(token)
-        return m.logits(1)[0]
+        return _decode_next([self], [token])[0]
 
     def draft(self, committed: list[int], n_positions: int) -> Block:
         return self.draft_together([(self, committed, n_positions)])[0]
@@ -146,6 +142,18 @@ class DraftModelDrafter(Drafter):
         return Block(toks, probs, probs[:, 0].copy(), draft_s=time.perf_counter() - t0)
 
 
+def _decode_next(drafters: Sequence[DraftModelDrafter], tokens: Sequence[int]) -> np.ndarray:
+    """One decode on the drafters' shared context: ``tokens[k]`` after drafter ``k``'s cached
+    tokens, in its sequence, each then cached; the logits of those rows (a view)."""
+    m = drafters[0].model
+    m._fill(list(tokens), [len(d.cached) for d in drafters], [[d.seq] for d in drafters],
+            [True] * len(drafters))
+    m._decode()
+    for d, t in zip(drafters, tokens, strict=True):
+        d.cached.append(int(t))
+    return m.logits(len(drafters))
+
+
 def _draft_group(asks: Sequence[tuple[DraftModelDrafter, list[int], int]]) -> list[Block]:
     """:meth:`DraftModelDrafter.draft_together` for drafters on one context: bring each
     sequence to its committed tokens (the cells past the common prefix dropped, the rest decoded,
@@ -188,13 +196,9 @@ def _draft_group(asks: Sequence[tuple[DraftModelDrafter, list[int], int]]) -> li
     for pos in range(1, max(n for _d, _c, n in asks)):
         live = [i for i, (_d, _c, n) in enumerate(asks) if n > pos]
         for part in ([[i] for i in live] if exact else [live]):
-            ds = [asks[i][0] for i in part]
-            picks = [int(toks[i][pos - 1, 0]) for i in part]
-            m._fill(picks, [len(d.cached) for d in ds], [[d.seq] for d in ds], [True] * len(ds))
-            m._decode()
-            logits = m.logits(len(part))
-            for k, (i, d, t) in enumerate(zip(part, ds, picks, strict=True)):
-                d.cached.append(t)
+            logits = _decode_next([asks[i][0] for i in part],
+                                  [int(toks[i][pos - 1, 0]) for i in part])
+            for k, i in enumerate(part):
                 toks[i][pos], probs[i][pos] = top_k_softmax(logits[k], K)
     spent = time.perf_counter() - t0
     return [Block(t, p, p[:, 0].copy(), draft_s=spent) for t, p in zip(toks, probs, strict=True)]
